@@ -1,0 +1,3 @@
+"""rocketq: a message queue that does what Apache RocketMQ does, in Python."""
+
+__version__ = "0.1.0"

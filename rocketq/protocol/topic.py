@@ -1,0 +1,50 @@
+"""Topic names: RocketMQ's validation rules and the system topics (TopicValidator)."""
+
+from __future__ import annotations
+
+import re
+
+TOPIC_MAX_LENGTH = 127
+#: Retry and dead-letter topics carry a group name, so they may be longer.
+SYSTEM_TOPIC_MAX_LENGTH = 255
+
+_LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+class IllegalTopicError(ValueError):
+    """A topic name RocketMQ would refuse."""
+
+
+def validate_topic(topic: str) -> None:
+    """Raise IllegalTopicError unless ``topic`` is a name RocketMQ accepts."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise IllegalTopicError("the topic name is empty")
+    limit = (SYSTEM_TOPIC_MAX_LENGTH
+             if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+             else TOPIC_MAX_LENGTH)
+    if len(topic) > limit:
+        raise IllegalTopicError(
+            f"the topic name is {len(topic)} characters long; the limit is {limit}")
+    if not _LEGAL.match(topic):
+        raise IllegalTopicError(
+            f"the topic name {topic!r} contains illegal characters; "
+            "allowed are letters, digits, '%', '|', '_' and '-'")
+
+
+def retry_topic(group: str) -> str:
+    """The retry topic of a consumer group."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """The dead-letter topic of a consumer group."""
+    return DLQ_GROUP_TOPIC_PREFIX + group

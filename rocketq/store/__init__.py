@@ -1,0 +1,24 @@
+"""The broker's message store: CommitLog, ConsumeQueue and IndexFile on real files.
+
+No networking here. See ``MessageStore`` for the entry point.
+"""
+
+from .commitlog import AppendResult, StoreMessage
+from .config import ASYNC_FLUSH, SYNC_FLUSH, MessageStoreConfig
+from .errors import (
+    DiskFullError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+)
+from .message_store import GetResult, GetStatus, MessageStore, PutResult, PutStatus
+
+__all__ = [
+    "ASYNC_FLUSH", "SYNC_FLUSH", "AppendResult", "DiskFullError", "GetResult", "GetStatus",
+    "MessageIllegalError", "MessageStore", "MessageStoreConfig", "MessageTooLargeError",
+    "PropertiesTooLargeError", "PutResult", "PutStatus", "StoreClosedError",
+    "StoreCorruptError", "StoreError", "StoreMessage",
+]

@@ -1,0 +1,321 @@
+"""The CommitLog: every message of every topic, appended to one log of mapped files.
+
+Each record is RocketMQ's v1 message record byte for byte (see ``rocketq.protocol.message``),
+so a pull response is a slice of this log. One writer at a time: appends hold a lock, assign
+queue offsets and physical offsets, encode, and copy into the mapping. Everything else (the
+ConsumeQueues, the IndexFile, waking long polls) is built from these bytes by the dispatcher.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..protocol.message import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    RECORD_OVERHEAD,
+    SIZE_AND_MAGIC,
+    SysFlag,
+    create_offset_msg_id,
+    encode_properties,
+    host_to_bytes,
+)
+from ..protocol.topic import IllegalTopicError, validate_topic
+from .config import MessageStoreConfig
+from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
+from .mapped_file import MappedFile, MappedFileQueue
+
+#: A file's tail needs room for at least the blank filler's size and magic.
+END_FILE_MIN_BLANK_LENGTH = 8
+_BLANK = SIZE_AND_MAGIC
+
+_VALIDATED_TOPICS: set[str] = set()
+
+
+def _check_topic(topic: str) -> bytes:
+    if topic not in _VALIDATED_TOPICS:
+        try:
+            validate_topic(topic)
+        except IllegalTopicError as exc:
+            raise MessageIllegalError(str(exc)) from None
+        if len(_VALIDATED_TOPICS) < 100_000:
+            _VALIDATED_TOPICS.add(topic)
+    return topic.encode()
+
+
+class StoreMessage:
+    """A message on its way into the store: what a SEND request carries, before the store
+    assigns offsets and timestamps (RocketMQ's MessageExtBrokerInner).
+
+    ``properties`` is the encoded property string (``name\\x01value\\x02...``); build one with
+    :meth:`create` from a dict.
+    """
+
+    __slots__ = ("topic", "queue_id", "body", "flag", "properties", "sysflag", "born_timestamp",
+                 "born_host", "born_port", "reconsume_times", "prepared_transaction_offset")
+
+    def __init__(self, topic: str, body: bytes, queue_id: int = 0, *, properties: str = "",
+                 flag: int = 0, sysflag: int = 0, born_timestamp: int = 0,
+                 born_host: bytes = b"\x7f\x00\x00\x01", born_port: int = 0,
+                 reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.body = body
+        self.flag = flag
+        self.properties = properties
+        self.sysflag = sysflag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.born_port = born_port
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+
+    @classmethod
+    def create(cls, topic: str, body: bytes, queue_id: int = 0, *, tags: str | None = None,
+               keys: Sequence[str] | str | None = None,
+               properties: dict[str, str] | None = None, born_host: str = "127.0.0.1",
+               born_port: int = 0, **kwargs: int) -> StoreMessage:
+        """Build a message from friendly arguments (tags, keys, a property dict)."""
+        props = dict(properties or {})
+        if tags:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = keys if isinstance(keys, str) else " ".join(keys)
+        kwargs.setdefault("born_timestamp", int(time.time() * 1000))
+        return cls(topic, body, queue_id, properties=encode_properties(props),
+                   born_host=host_to_bytes(born_host), born_port=born_port, **kwargs)
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where one record landed."""
+
+    commitlog_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+
+
+def is_transaction_hidden(sysflag: int) -> bool:
+    """Half (prepared) and rollback records get no queue offset and no ConsumeQueue unit."""
+    tran = sysflag & SysFlag.TRANSACTION_MASK
+    return tran == SysFlag.TRANSACTION_PREPARED or tran == SysFlag.TRANSACTION_ROLLBACK
+
+
+class CommitLog:
+    """Append-only log of message records over a MappedFileQueue."""
+
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        self.files = MappedFileQueue(config.storePathCommitLog, config.mappedFileSizeCommitLog)
+        self.lock = threading.Lock()
+        #: Next queue offset of each (topic, queue id); rebuilt from ConsumeQueues at start.
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.store_host = host_to_bytes(config.brokerIP1)
+        self.store_port = config.listenPort
+        self._max_body = config.maxMessageSize
+        self._max_record = config.mappedFileSizeCommitLog - END_FILE_MIN_BLANK_LENGTH
+        #: Callbacks run after bytes land, with the new end offset (wakes the dispatcher).
+        self.on_append: list = []
+
+    # ------------------------------------------------------------------ reading helpers
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.files.max_offset
+
+    def view(self, offset: int, size: int) -> memoryview | None:
+        """A zero-copy view of ``size`` bytes at ``offset``, or None if not in the log."""
+        f = self.files.find(offset)
+        if f is None:
+            return None
+        pos = offset - f.from_offset
+        if pos + size > f.wrote_position:
+            return None
+        return f.view[pos:pos + size]
+
+    def record_size_at(self, offset: int) -> int:
+        """TOTALSIZE of the record at ``offset`` (0 when there is none)."""
+        f = self.files.find(offset)
+        if f is None:
+            return 0
+        pos = offset - f.from_offset
+        if pos + 8 > f.wrote_position:
+            return 0
+        size, magic = _BLANK.unpack_from(f.view, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or size <= 0 or pos + size > f.wrote_position:
+            return 0
+        return size
+
+    def record_at(self, offset: int) -> memoryview | None:
+        """The whole record at ``offset`` as a view, or None."""
+        size = self.record_size_at(offset)
+        return self.view(offset, size) if size else None
+
+    def roll_next_offset(self, offset: int) -> int:
+        """The start of the file after the one holding ``offset``."""
+        size = self.config.mappedFileSizeCommitLog
+        return offset + size - offset % size
+
+    # ------------------------------------------------------------------ writing
+    def append(self, messages: Sequence[StoreMessage]) -> list[AppendResult]:
+        """Append records for ``messages`` in order and return where each landed.
+
+        Raises MessageIllegalError subclasses before writing anything if any message is bad,
+        and DiskFullError if a new file cannot be created (what was appended before stays).
+        """
+        prepared = []
+        max_body = self._max_body
+        for m in messages:
+            if m.queue_id < 0:
+                raise MessageIllegalError(f"queue id {m.queue_id} is negative")
+            body = m.body
+            if len(body) > max_body:
+                raise MessageTooLargeError(
+                    f"message body is {len(body)} bytes; maxMessageSize is {max_body}")
+            props = m.properties.encode()
+            if len(props) > MAX_PROPERTIES_SIZE:
+                raise PropertiesTooLargeError(
+                    f"message properties are {len(props)} bytes; the limit is "
+                    f"{MAX_PROPERTIES_SIZE}")
+            topic = _check_topic(m.topic)
+            size = RECORD_OVERHEAD + len(body) + len(topic) + len(props)
+            if size > self._max_record:
+                raise MessageTooLargeError(f"a {size}-byte record does not fit in a CommitLog file")
+            prepared.append((m, body, topic, props, size))
+        with self.lock:
+            return self._append_locked(prepared)
+
+    def _append_locked(self, prepared: list) -> list[AppendResult]:
+        results: list[AppendResult] = []
+        queue_offsets = self.queue_offsets
+        store_host, store_port = self.store_host, self.store_port
+        pack = RECORD_HEADER.pack
+        crc32 = zlib.crc32
+        now = int(time.time() * 1000)
+        f = self.files.last_for_write()
+        base = f.from_offset + f.wrote_position
+        free = f.free_space
+        parts: list[bytes] = []
+        pending_offsets: dict[tuple[str, int], int] = {}
+        for m, body, topic, props, size in prepared:
+            if size + END_FILE_MIN_BLANK_LENGTH > free:
+                # Seal this file with the blank filler and continue in the next one.
+                parts.append(_BLANK.pack(free, BLANK_MAGIC))
+                self._write(f, parts)
+                f.wrote_position = f.file_size
+                queue_offsets.update(pending_offsets)
+                pending_offsets.clear()
+                parts = []
+                f = self.files.last_for_write()
+                base = f.from_offset + f.wrote_position
+                free = f.free_space
+            key = (m.topic, m.queue_id)
+            if is_transaction_hidden(m.sysflag):
+                queue_offset = 0
+            else:
+                queue_offset = pending_offsets.get(key)
+                if queue_offset is None:
+                    queue_offset = queue_offsets.get(key, 0)
+                pending_offsets[key] = queue_offset + 1
+            parts.append(pack(
+                size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, queue_offset, base,
+                m.sysflag, m.born_timestamp, m.born_host, m.born_port, now, store_host,
+                store_port, m.reconsume_times, m.prepared_transaction_offset, len(body)))
+            parts.append(body)
+            parts.append(len(topic).to_bytes(1, "big") + topic + len(props).to_bytes(2, "big"))
+            parts.append(props)
+            results.append(AppendResult(base, size, queue_offset, now))
+            base += size
+            free -= size
+        self._write(f, parts)
+        queue_offsets.update(pending_offsets)
+        end = base
+        for cb in self.on_append:
+            cb(end)
+        return results
+
+    def _write(self, f: MappedFile, parts: list[bytes]) -> None:
+        if parts:
+            f.append(b"".join(parts))
+
+    def msg_id(self, commitlog_offset: int) -> str:
+        """The offset message id of the record at ``commitlog_offset`` on this broker."""
+        return create_offset_msg_id(self.store_host, self.store_port, commitlog_offset)
+
+    # ------------------------------------------------------------------ scanning
+    def scan(self, offset: int, end: int | None = None, *, limit: int = 4096,
+             validate: bool = False) -> tuple[list[tuple[int, memoryview]], int, bool]:
+        """Read up to ``limit`` records from ``offset`` (a record boundary) towards ``end``.
+
+        Returns ``(records, next_offset, stopped_bad)``: each record as ``(offset, view)``,
+        the offset to continue from (blank fillers are stepped over into the next file), and
+        whether reading stopped at bytes that are not a sound record. With ``validate``, inner
+        lengths and the body CRC are checked too (recovery uses it to find a torn tail).
+        """
+        size_of_file = self.config.mappedFileSizeCommitLog
+        out: list[tuple[int, memoryview]] = []
+        unpack = _BLANK.unpack_from
+        while len(out) < limit:
+            if end is not None and offset >= end:
+                return out, offset, False
+            f = self.files.find(offset)
+            if f is None:
+                return out, offset, False
+            base = f.from_offset
+            stop = f.wrote_position if end is None else min(f.wrote_position, end - base)
+            pos = offset - base
+            view = f.view
+            while pos < stop and len(out) < limit:
+                if pos + 8 > stop:
+                    return out, base + pos, True
+                size, magic = unpack(view, pos)
+                if magic == BLANK_MAGIC and size > 0 and pos + size == size_of_file:
+                    pos = size_of_file
+                    break
+                if size == 0 and magic == 0:
+                    return out, base + pos, False  # zeros: the end of what was written
+                if size <= 0 or magic not in (MAGIC_V1, MAGIC_V2) or pos + size > stop:
+                    return out, base + pos, True
+                if validate and not _record_is_sound(view, pos, size):
+                    return out, base + pos, True
+                out.append((base + pos, view[pos:pos + size]))
+                pos += size
+            offset = base + pos
+            if pos < size_of_file:
+                return out, offset, False
+        return out, offset, False
+
+
+def _record_is_sound(view: memoryview, pos: int, size: int) -> bool:
+    """Check a record's inner lengths and body CRC against its TOTALSIZE."""
+    if size < RECORD_OVERHEAD:
+        return False
+    (_, magic, crc, *_rest, body_len) = RECORD_HEADER.unpack_from(view, pos)
+    if body_len < 0 or RECORD_OVERHEAD + body_len > size:
+        return False
+    p = pos + RECORD_HEADER_SIZE + body_len
+    if magic == MAGIC_V1:
+        topic_len = view[p]
+        p += 1 + topic_len
+    else:
+        topic_len = int.from_bytes(view[p:p + 2], "big")
+        p += 2 + topic_len
+    if p + 2 > pos + size:
+        return False
+    props_len = int.from_bytes(view[p:p + 2], "big")
+    if p + 2 + props_len != pos + size:
+        return False
+    body = view[pos + RECORD_HEADER_SIZE:pos + RECORD_HEADER_SIZE + body_len]
+    return zlib.crc32(body) & 0x7FFFFFFF == crc

@@ -1,0 +1,147 @@
+"""MessageStoreConfig: the store's settings, under the names RocketMQ's ``broker.conf`` uses.
+
+A RocketMQ user's file means the same here: ``MessageStoreConfig.from_properties(path)`` reads
+``key=value`` lines, keeps the keys it knows and reports the others in ``unknown``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+
+
+@dataclass
+class MessageStoreConfig:
+    """Settings of the message store. Field names are RocketMQ's ``broker.conf`` keys."""
+
+    storePathRootDir: str = field(default_factory=lambda: os.path.join(
+        os.path.expanduser("~"), "store"))
+    #: Defaults to ``<storePathRootDir>/commitlog`` when empty.
+    storePathCommitLog: str = ""
+    mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
+    #: Units per ConsumeQueue file times 20 bytes.
+    mappedFileSizeConsumeQueue: int = 300_000 * 20
+    flushDiskType: str = ASYNC_FLUSH
+    flushIntervalCommitLog: int = 500  # ms, ASYNC_FLUSH
+    flushIntervalConsumeQueue: int = 1000  # ms
+    flushCommitLogThoroughInterval: int = 10_000  # ms
+    syncFlushTimeout: int = 5000  # ms, SYNC_FLUSH: FLUSH_DISK_TIMEOUT after this
+    fileReservedTime: int = 72  # hours
+    deleteWhen: str = "04"  # hours of the day, ';'-separated
+    diskMaxUsedSpaceRatio: int = 75  # percent: above it, expired files go at once
+    diskSpaceCleanForciblyRatio: int = 85  # percent: above it, even unexpired files go
+    cleanResourceInterval: int = 10_000  # ms
+    deleteFileBatchMax: int = 10
+    maxMessageSize: int = 4 * 1024 * 1024
+    messageIndexEnable: bool = True
+    maxHashSlotNum: int = 5_000_000
+    maxIndexNum: int = 5_000_000 * 4
+    maxMsgsNumBatch: int = 64  # per index query
+    maxTransferBytesOnMessageInMemory: int = 256 * 1024
+    maxTransferCountOnMessageInMemory: int = 32
+    #: Host and port written into STOREHOST of each record (the broker's address).
+    brokerIP1: str = "127.0.0.1"
+    listenPort: int = 10911
+    unknown: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.storePathCommitLog:
+            self.storePathCommitLog = os.path.join(self.storePathRootDir, "commitlog")
+        if self.flushDiskType not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise ValueError(
+                f"flushDiskType must be {ASYNC_FLUSH} or {SYNC_FLUSH}, not {self.flushDiskType!r}")
+        if self.mappedFileSizeConsumeQueue % 20:
+            # RocketMQ rounds the ConsumeQueue file size to whole units the same way.
+            self.mappedFileSizeConsumeQueue -= self.mappedFileSizeConsumeQueue % 20
+        for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
+                     "maxHashSlotNum", "maxIndexNum"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.maxMessageSize + 1024 > self.mappedFileSizeCommitLog:
+            raise ValueError("mappedFileSizeCommitLog must exceed maxMessageSize")
+
+    # Paths, derived as RocketMQ derives them.
+    @property
+    def store_path_consume_queue(self) -> str:
+        return os.path.join(self.storePathRootDir, "consumequeue")
+
+    @property
+    def store_path_index(self) -> str:
+        return os.path.join(self.storePathRootDir, "index")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.storePathRootDir, "checkpoint")
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.storePathRootDir, "abort")
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flushDiskType == SYNC_FLUSH
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> MessageStoreConfig:
+        """Build a config from string or typed values; unknown keys land in ``unknown``."""
+        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "unknown"}
+        kwargs: dict[str, Any] = {}
+        unknown: dict[str, str] = {}
+        for key, value in values.items():
+            f = known.get(key)
+            if f is None:
+                unknown[key] = str(value)
+                continue
+            kwargs[key] = _convert(key, f.type, value)
+        cfg = cls(**kwargs)
+        cfg.unknown = unknown
+        return cfg
+
+    @classmethod
+    def from_properties(cls, path: str | os.PathLike[str],
+                        **overrides: Any) -> MessageStoreConfig:
+        """Read a RocketMQ-style ``broker.conf`` (``key=value`` lines, ``#`` comments)."""
+        values: dict[str, Any] = read_properties(path)
+        values.update(overrides)
+        return cls.from_dict(values)
+
+
+def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Parse a Java-style properties file of ``key=value`` (or ``key: value``) lines."""
+    values: dict[str, str] = {}
+    for raw in Path(path).read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, _, value = line.partition(sep)
+                values[key.strip()] = value.strip()
+                break
+        else:
+            values[line] = ""
+    return values
+
+
+def _convert(key: str, type_name: Any, value: Any) -> Any:
+    type_name = str(type_name)
+    if isinstance(value, str):
+        if type_name == "int":
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise ValueError(f"{key} must be an integer, got {value!r}") from None
+        if type_name == "bool":
+            lowered = value.strip().lower()
+            if lowered in ("true", "1", "yes"):
+                return True
+            if lowered in ("false", "0", "no"):
+                return False
+            raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value

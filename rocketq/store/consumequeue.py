@@ -1,0 +1,178 @@
+"""ConsumeQueue: per topic and queue id, one 20-byte unit per message pointing into the
+CommitLog: ``[commitlog offset i64][size i32][tag code i64]``.
+
+Units live at ``queue_offset * 20``, in files of ``mappedFileSizeConsumeQueue`` bytes under
+``consumequeue/<topic>/<queueId>/``. Only the dispatcher writes them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from .mapped_file import MappedFile, MappedFileQueue
+
+UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")
+
+
+class ConsumeQueue:
+    """The units of one (topic, queue id)."""
+
+    def __init__(self, root: str, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size)
+        self.file_size = file_size
+        #: Logical offset of the first unit that still points into the CommitLog.
+        self.min_logic_offset = 0
+        #: One past the highest CommitLog byte referenced (for recovery and truncation).
+        self.max_physic_offset = 0
+
+    # ------------------------------------------------------------------ offsets
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to be written (the count of units, holes included)."""
+        return self.files.max_offset // UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self.min_logic_offset, self.files.min_offset // UNIT_SIZE)
+
+    # ------------------------------------------------------------------ writing
+    def put(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """Write the unit for ``queue_offset``. Idempotent: a unit already there is kept, so
+        recovery can re-dispatch a stretch of the CommitLog safely. Returns True if written."""
+        pos = queue_offset * UNIT_SIZE
+        files = self.files
+        last = files.last
+        if last is None:
+            files.last_for_write(pos)
+            self.min_logic_offset = queue_offset
+        elif pos < last.from_offset + last.wrote_position:
+            return False  # already dispatched
+        # A position past the end leaves a hole of zero units (a queue started mid-way).
+        f = self._file_for(pos)
+        rel = pos - f.from_offset
+        UNIT.pack_into(f.view, rel, commitlog_offset, size, tags_code)
+        f.wrote_position = rel + UNIT_SIZE
+        end_phys = commitlog_offset + size
+        if end_phys > self.max_physic_offset:
+            self.max_physic_offset = end_phys
+        return True
+
+    def _file_for(self, pos: int) -> MappedFile:
+        files = self.files
+        while True:
+            last = files.last
+            assert last is not None
+            if pos < last.from_offset + self.file_size:
+                return last
+            last.wrote_position = self.file_size
+            files.create(last.from_offset + self.file_size)
+
+    # ------------------------------------------------------------------ reading
+    def units(self, queue_offset: int, max_count: int) -> memoryview | None:
+        """A view of up to ``max_count`` units from ``queue_offset``, within one file."""
+        pos = queue_offset * UNIT_SIZE
+        f = self.files.find(pos)
+        if f is None:
+            return None
+        rel = pos - f.from_offset
+        stop = min(f.wrote_position, rel + max_count * UNIT_SIZE)
+        if stop <= rel:
+            return None
+        return f.view[rel:stop]
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """``(commitlog offset, size, tag code)`` of one unit, or None."""
+        pos = queue_offset * UNIT_SIZE
+        f = self.files.find(pos)
+        if f is None or pos - f.from_offset + UNIT_SIZE > f.wrote_position:
+            return None
+        return UNIT.unpack_from(f.view, pos - f.from_offset)
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> None:
+        """Find the write position and the min offset from the files.
+
+        Units are contiguous except for a leading run of zero units in the first file (a queue
+        whose first files were deleted, or that began mid-way), so after skipping that run a
+        binary search finds the first empty unit (size 0) of the last file."""
+        files = self.files.files
+        if not files:
+            return
+        for f in files[:-1]:
+            f.wrote_position = f.flushed_position = self.file_size
+        first, last = files[0], files[-1]
+        lead = _leading_zero_units(first.view)
+        self.min_logic_offset = (first.from_offset // UNIT_SIZE) + lead
+        lo = lead if last is first else 0
+        hi = self.file_size // UNIT_SIZE
+        view = last.view
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if UNIT.unpack_from(view, mid * UNIT_SIZE)[1] > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        last.wrote_position = last.flushed_position = lo * UNIT_SIZE
+        unit = self.unit(self.max_offset - 1) if self.max_offset > self.min_logic_offset else None
+        self.max_physic_offset = unit[0] + unit[1] if unit else 0
+
+    def truncate_to_commitlog(self, commitlog_max: int) -> None:
+        """Drop units that point at or past ``commitlog_max`` (a cut CommitLog tail)."""
+        if self.max_physic_offset <= commitlog_max:
+            return
+        offset = self.max_offset
+        floor = self.files.min_offset // UNIT_SIZE
+        while offset > floor:
+            unit = self.unit(offset - 1)
+            if unit is None or unit[0] + unit[1] <= commitlog_max:
+                break
+            offset -= 1
+        self.files.truncate(offset * UNIT_SIZE)
+        unit = self.unit(offset - 1) if offset > floor else None
+        self.max_physic_offset = unit[0] + unit[1] if unit else 0
+
+    def correct_min_offset(self, commitlog_min: int) -> None:
+        """Move the min offset past units whose messages retention deleted."""
+        offset = self.min_offset
+        end = self.max_offset
+        # Binary search: units are in CommitLog order.
+        lo, hi = offset, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.unit(mid)
+            if unit is None or unit[1] == 0 or unit[0] < commitlog_min:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.min_logic_offset = lo
+
+    def delete_expired(self, commitlog_min: int) -> int:
+        """Delete whole files whose units all point below ``commitlog_min``."""
+        doomed = []
+        files = self.files.files
+        for f in files[:-1]:
+            phys, size, _ = UNIT.unpack_from(f.view, self.file_size - UNIT_SIZE)
+            if size and phys + size <= commitlog_min:
+                doomed.append(f)
+            else:
+                break
+        removed = self.files.remove_first(doomed) if doomed else 0
+        self.correct_min_offset(commitlog_min)
+        return removed
+
+    def flush(self) -> None:
+        self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def _leading_zero_units(view: memoryview) -> int:
+    """How many whole zero units open a file."""
+    data = bytes(view)
+    nonzero = len(data) - len(data.lstrip(b"\x00"))
+    return nonzero // UNIT_SIZE

@@ -1,0 +1,31 @@
+"""Exceptions the message store raises. Each message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of message store errors."""
+
+
+class MessageIllegalError(StoreError, ValueError):
+    """A message the store refuses as it is: nothing was written."""
+
+
+class MessageTooLargeError(MessageIllegalError):
+    """The body is over ``maxMessageSize``."""
+
+
+class PropertiesTooLargeError(MessageIllegalError):
+    """The encoded properties are over 32,767 bytes."""
+
+
+class DiskFullError(StoreError, OSError):
+    """The disk has no room for a new mapped file (ENOSPC). Nothing was written."""
+
+
+class StoreCorruptError(StoreError):
+    """Files on disk that the store cannot make sense of (wrong sizes, gaps between files)."""
+
+
+class StoreClosedError(StoreError):
+    """The store was shut down."""

@@ -1,0 +1,219 @@
+"""IndexFile: look messages up by key, unique id or time, in RocketMQ's on-disk layout.
+
+One file is a 40-byte header, ``maxHashSlotNum`` 4-byte hash slots, then ``maxIndexNum`` 20-byte
+entries ``[key hash i32][commitlog offset i64][seconds since the file began i32][previous
+entry i32]``. A slot holds the newest entry of its hash; entries chain back through "previous".
+Files are named by their creation time (``yyyyMMddHHmmssSSS``) under ``index/``. The key of an
+entry is ``topic#key`` for every KEYS entry and for UNIQ_KEY.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+
+from ..protocol.message import java_hash
+from .mapped_file import MappedFile
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = 40
+SLOT = struct.Struct(">i")
+SLOT_SIZE = 4
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = 20
+_MAX_INT = 0x7FFFFFFF
+
+
+def index_key_hash(key: str) -> int:
+    """RocketMQ's index hash: ``abs(String.hashCode(key))``, with MIN_VALUE mapped to 0."""
+    h = java_hash(key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+class IndexFile:
+    """One index file; single writer (the dispatcher), many readers."""
+
+    def __init__(self, path: str, slot_num: int, index_num: int, *, create: bool) -> None:
+        self.slot_num = slot_num
+        self.index_num = index_num
+        size = HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+        self.file = MappedFile(path, 0, size, create=create)
+        self.path = path
+        self._entries_at = HEADER_SIZE + slot_num * SLOT_SIZE
+        if create:
+            self.begin_timestamp = self.end_timestamp = 0
+            self.begin_phy_offset = self.end_phy_offset = 0
+            self.hash_slot_count = 0
+            self.index_count = 1
+            self._write_header()
+        else:
+            (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+             self.end_phy_offset, self.hash_slot_count, self.index_count) = HEADER.unpack_from(
+                self.file.view, 0)
+            self.index_count = max(1, self.index_count)
+            self._recount()
+        self.file.wrote_position = size
+
+    def _recount(self) -> None:
+        """After a crash the header may lag the entries; walk forward over written entries."""
+        view = self.file.view
+        count = self.index_count
+        while count < self.index_num:
+            at = self._entries_at + count * ENTRY_SIZE
+            key_hash, phys, time_diff, prev = ENTRY.unpack_from(view, at)
+            if key_hash == 0 and phys == 0 and time_diff == 0 and prev == 0:
+                break
+            if phys > self.end_phy_offset:
+                self.end_phy_offset = phys
+            count += 1
+        self.index_count = count
+
+    def _write_header(self) -> None:
+        HEADER.pack_into(self.file.view, 0, self.begin_timestamp, self.end_timestamp,
+                         self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count,
+                         self.index_count)
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put(self, key_hash: int, commitlog_offset: int, store_timestamp: int) -> bool:
+        """Add one entry; False when the file is full."""
+        if self.index_count >= self.index_num:
+            return False
+        view = self.file.view
+        slot_at = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
+        prev = SLOT.unpack_from(view, slot_at)[0]
+        if prev <= 0 or prev > self.index_count:
+            prev = 0
+        if self.index_count <= 1:
+            self.begin_timestamp = store_timestamp
+            self.begin_phy_offset = commitlog_offset
+        time_diff = (store_timestamp - self.begin_timestamp) // 1000
+        time_diff = 0 if time_diff < 0 else min(time_diff, _MAX_INT)
+        ENTRY.pack_into(view, self._entries_at + self.index_count * ENTRY_SIZE, key_hash,
+                        commitlog_offset, time_diff, prev)
+        SLOT.pack_into(view, slot_at, self.index_count)
+        if prev == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = commitlog_offset
+        self.end_timestamp = store_timestamp
+        return True
+
+    def query(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:
+        """CommitLog offsets of entries with ``key_hash`` stored in ``[begin, end]`` (ms),
+        newest first."""
+        view = self.file.view
+        out: list[int] = []
+        slot_at = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
+        current = SLOT.unpack_from(view, slot_at)[0]
+        count = self.index_count
+        seen = 0
+        while 0 < current < count and len(out) < max_num and seen < count:
+            seen += 1
+            h, phys, time_diff, prev = ENTRY.unpack_from(
+                view, self._entries_at + current * ENTRY_SIZE)
+            stored = self.begin_timestamp + time_diff * 1000
+            if h == key_hash and begin <= stored <= end + 999:
+                out.append(phys)
+            if prev <= 0 or prev >= current:
+                break
+            current = prev
+        return out
+
+    def overlaps(self, begin: int, end: int) -> bool:
+        return self.begin_timestamp <= end + 999 and begin <= self.end_timestamp + 999
+
+    def flush(self) -> None:
+        self._write_header()
+        self.file.wrote_position = self.file.file_size
+        self.file.flushed_position = 0
+        self.file.flush()
+
+    def close(self) -> None:
+        self._write_header()
+        self.file.close()
+
+    def destroy(self) -> None:
+        self.file.destroy()
+
+
+class IndexService:
+    """The index files of a store, newest last."""
+
+    def __init__(self, directory: str, slot_num: int, index_num: int) -> None:
+        self.directory = directory
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        self.lock = threading.Lock()
+
+    def load(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+        self.files = [IndexFile(os.path.join(self.directory, n), self.slot_num, self.index_num,
+                                create=False) for n in names]
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Offset of the newest indexed record; records after it still need indexing."""
+        return self.files[-1].end_phy_offset if self.files else -1
+
+    def _writable(self) -> IndexFile:
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
+        now = time.time()
+        name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+        path = os.path.join(self.directory, name)
+        while os.path.exists(path):
+            name = str(int(name) + 1)
+            path = os.path.join(self.directory, name)
+        if self.files:
+            self.files[-1].flush()
+        f = IndexFile(path, self.slot_num, self.index_num, create=True)
+        with self.lock:
+            self.files = [*self.files, f]
+        return f
+
+    def put_keys(self, topic: str, keys: list[str], commitlog_offset: int,
+                 store_timestamp: int) -> None:
+        """Index ``topic#key`` for each key of one record."""
+        f = self._writable()
+        for key in keys:
+            h = index_key_hash(f"{topic}#{key}")
+            if not f.put(h, commitlog_offset, store_timestamp):
+                f = self._writable()
+                f.put(h, commitlog_offset, store_timestamp)
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """CommitLog offsets for ``key`` of ``topic`` stored in ``[begin, end]`` ms."""
+        h = index_key_hash(f"{topic}#{key}")
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.overlaps(begin, end):
+                out.extend(f.query(h, max_num - len(out), begin, end))
+        return out
+
+    def delete_before(self, commitlog_min: int) -> int:
+        """Delete index files whose entries all point below ``commitlog_min``."""
+        with self.lock:
+            doomed = [f for f in self.files[:-1] if f.end_phy_offset < commitlog_min]
+            if not doomed:
+                return 0
+            self.files = [f for f in self.files if f not in doomed]
+        for f in doomed:
+            f.destroy()
+        return len(doomed)
+
+    def flush(self) -> None:
+        if self.files:
+            self.files[-1].flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

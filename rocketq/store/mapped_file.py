@@ -1,0 +1,341 @@
+"""Fixed-size memory-mapped files and the ordered queue of them (RocketMQ's MappedFile and
+MappedFileQueue).
+
+A file is named by the 20-digit offset of its first byte and preallocated on creation with
+``posix_fallocate``, so that a full disk shows up as a clear ENOSPC when a file is made, never
+as a SIGBUS in the middle of writing to the mapping. Writes go to the mapping (page cache);
+``flush`` makes them durable with ``fdatasync``, which releases the GIL.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterable
+
+from .errors import DiskFullError, StoreCorruptError
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def offset_to_name(offset: int) -> str:
+    """The 20-digit file name of a file starting at ``offset``."""
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """One preallocated, memory-mapped file of a MappedFileQueue."""
+
+    __slots__ = ("path", "from_offset", "file_size", "fd", "mm", "view", "wrote_position",
+                 "flushed_position", "_pending_close")
+
+    def __init__(self, path: str, from_offset: int, file_size: int, *, create: bool) -> None:
+        self.path = path
+        self.from_offset = from_offset
+        self.file_size = file_size
+        self._pending_close = False
+        if create:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, file_size)
+            except OSError as exc:
+                os.close(fd)
+                os.unlink(path)
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(
+                        exc.errno, f"no space left to create {path} ({file_size} bytes); "
+                        "free disk space or lower the retention time") from exc
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                fd = self._create_by_writing(path, file_size)
+        else:
+            fd = os.open(path, os.O_RDWR)
+            size = os.fstat(fd).st_size
+            if size != file_size:
+                os.close(fd)
+                raise StoreCorruptError(
+                    f"{path} is {size} bytes, expected {file_size}: the configured file size "
+                    "differs from the one the store was written with")
+        self.fd = fd
+        self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        self.view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @staticmethod
+    def _create_by_writing(path: str, file_size: int) -> int:
+        """Fallback for filesystems without fallocate: write zeros so every block exists."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            remaining = file_size
+            while remaining:
+                n = os.write(fd, _ZERO_CHUNK[:min(remaining, len(_ZERO_CHUNK))])
+                remaining -= n
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(path)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(exc.errno, f"no space left to create {path}") from exc
+            raise
+        return fd
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def free_space(self) -> int:
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def append(self, data: bytes | memoryview) -> int:
+        """Write ``data`` at the write position; return the position it was written at.
+
+        The first four bytes (a record's TOTALSIZE) go last, so a reader that finds a non-zero
+        size at a position finds the whole record behind it even if the writer dies mid-copy.
+        """
+        pos = self.wrote_position
+        n = len(data)
+        if n > 4:
+            self.view[pos + 4:pos + n] = data[4:]
+        self.view[pos:pos + min(n, 4)] = data[:4]
+        self.wrote_position = pos + n
+        return pos
+
+    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+        """Write at an absolute position within the file (ConsumeQueue units)."""
+        self.view[pos:pos + len(data)] = data
+
+    def flush(self) -> int:
+        """Make everything written so far durable; return the flushed position."""
+        target = self.wrote_position
+        if target > self.flushed_position:
+            os.fdatasync(self.fd)
+            self.flushed_position = target
+        return self.flushed_position
+
+    def zero_from(self, pos: int) -> None:
+        """Clear bytes from ``pos`` to the end of the file (used to cut a torn tail).
+
+        Chunks that are already zero are left alone, so clearing the unused part of a large
+        file costs a comparison, not a write.
+        """
+        end = self.file_size
+        while pos < end:
+            stop = min(end, (pos // len(_ZERO_CHUNK) + 1) * len(_ZERO_CHUNK))
+            chunk = self.view[pos:stop]
+            if chunk != _ZERO_CHUNK[:stop - pos]:
+                self.view[pos:stop] = _ZERO_CHUNK[:stop - pos]
+            chunk.release()
+            pos = stop
+
+    # ------------------------------------------------------------------ lifecycle
+    def last_modified(self) -> float:
+        try:
+            return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    def close(self) -> bool:
+        """Unmap and close. Returns False (and retries on the next call) while readers still
+        hold memoryviews of the mapping."""
+        if self.fd < 0:
+            return True
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            # A reader still holds a slice; keep the file open until it lets go.
+            self.view = memoryview(self.mm)
+            self._pending_close = True
+            return False
+        os.close(self.fd)
+        self.fd = -1
+        return True
+
+    def destroy(self) -> bool:
+        """Delete the file. The mapping stays valid for readers that still hold views."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        return self.close()
+
+    def __repr__(self) -> str:
+        return (f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_position}, "
+                f"flushed={self.flushed_position})")
+
+
+class MappedFileQueue:
+    """The files of one log, in offset order. Lists are replaced, never mutated, so readers on
+    other threads can use a snapshot without locking."""
+
+    def __init__(self, directory: str, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self._starts: list[int] = []
+        self._lock = threading.Lock()
+        self._closing: list[MappedFile] = []
+
+    def load(self) -> None:
+        """Open the files already on disk, checking names and sizes."""
+        os.makedirs(self.directory, exist_ok=True)
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        files = []
+        for name in names:
+            start = int(name)
+            if start % self.file_size:
+                raise StoreCorruptError(
+                    f"{os.path.join(self.directory, name)} does not start at a multiple of the "
+                    f"file size {self.file_size}")
+            if files and files[-1].from_offset + self.file_size != start:
+                # A gap means files were lost; the part before the gap is unreachable.
+                for f in files:
+                    f.close()
+                raise StoreCorruptError(f"files missing before {name} in {self.directory}")
+            files.append(MappedFile(os.path.join(self.directory, name), start, self.file_size,
+                                    create=False))
+        for f in files:
+            # Until recovery says otherwise, loaded files count as written and flushed.
+            f.wrote_position = f.flushed_position = self.file_size
+        self._set(files)
+
+    def _set(self, files: list[MappedFile]) -> None:
+        self._starts = [f.from_offset for f in files]
+        self.files = files
+
+    # ------------------------------------------------------------------ lookups
+    @property
+    def first(self) -> MappedFile | None:
+        files = self.files
+        return files[0] if files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last written byte."""
+        files = self.files
+        return files[-1].from_offset + files[-1].wrote_position if files else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        files = self.files
+        if not files:
+            return 0
+        for f in reversed(files):
+            if f.flushed_position:
+                return f.from_offset + f.flushed_position
+        return files[0].from_offset
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding ``offset``, or None if it is outside every file."""
+        files, starts = self.files, self._starts
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0 or i >= len(files):
+            return None
+        f = files[i]
+        if f.from_offset != starts[i]:  # the lists were swapped under us; retry consistently
+            return self.find(offset)
+        return f if offset < f.from_offset + self.file_size else None
+
+    # ------------------------------------------------------------------ changes
+    def create(self, start: int) -> MappedFile:
+        """Create the file starting at ``start`` (the next one, or the first one)."""
+        with self._lock:
+            last = self.files[-1] if self.files else None
+            if last is not None and start != last.from_offset + self.file_size:
+                raise StoreCorruptError(f"cannot create a file at {start} after {last}")
+            os.makedirs(self.directory, exist_ok=True)
+            f = MappedFile(os.path.join(self.directory, offset_to_name(start)), start,
+                           self.file_size, create=True)
+            self._set([*self.files, f])
+            return f
+
+    def last_for_write(self, start_if_empty: int = 0) -> MappedFile:
+        """The file to write into, creating the first or the next one when needed."""
+        last = self.last
+        if last is None:
+            return self.create(start_if_empty - start_if_empty % self.file_size)
+        if last.is_full:
+            return self.create(last.from_offset + self.file_size)
+        return last
+
+    def truncate(self, offset: int) -> None:
+        """Forget everything from ``offset`` on: later files are deleted, the file holding it
+        is cut there and cleared after it."""
+        with self._lock:
+            keep = []
+            for f in self.files:
+                end = f.from_offset + self.file_size
+                if end <= offset:
+                    keep.append(f)
+                elif f.from_offset <= offset:
+                    pos = offset - f.from_offset
+                    f.zero_from(pos)
+                    f.wrote_position = pos
+                    f.flushed_position = min(f.flushed_position, pos)
+                    keep.append(f)
+                else:
+                    self._retire(f)
+            self._set(keep)
+
+    def remove_first(self, files: Iterable[MappedFile]) -> int:
+        """Delete the given files, which must be the oldest ones; return how many went."""
+        doomed = {id(f) for f in files}
+        with self._lock:
+            keep = [f for f in self.files if id(f) not in doomed]
+            gone = [f for f in self.files if id(f) in doomed]
+            for f in gone:
+                self._retire(f)
+            self._set(keep)
+        return len(gone)
+
+    def _retire(self, f: MappedFile) -> None:
+        if not f.destroy():
+            self._closing.append(f)
+
+    def retry_closing(self) -> None:
+        """Close deleted files whose readers have since let go of them."""
+        if self._closing:
+            self._closing = [f for f in self._closing if not f.close()]
+
+    def flush(self) -> int:
+        """Flush every file with unflushed writes; return the flushed offset."""
+        for f in self.files:
+            if f.wrote_position > f.flushed_position:
+                f.flush()
+        return self.flushed_offset
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.retry_closing()
+
+    def expired_files(self, max_age_seconds: float, now: float | None = None,
+                      limit: int = 10, force: bool = False) -> list[MappedFile]:
+        """Oldest files past their age (or, with ``force``, the oldest regardless), never the
+        last file, and only a leading run of them so offsets stay contiguous."""
+        now = time.time() if now is None else now
+        out = []
+        for f in self.files[:-1]:
+            if len(out) >= limit:
+                break
+            if force or f.last_modified() + max_age_seconds <= now:
+                out.append(f)
+            else:
+                break
+        return out

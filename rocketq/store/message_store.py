@@ -1,0 +1,851 @@
+"""MessageStore: the broker's storage engine, CommitLog + ConsumeQueues + IndexFile.
+
+Threads, as in RocketMQ:
+
+- the caller appends to the CommitLog (one writer at a time, under the CommitLog lock);
+- the *dispatcher* (RocketMQ's reput service) reads new CommitLog records and writes
+  ConsumeQueue units and index entries, then tells listeners (long polling) which queues grew;
+- the *CommitLog flusher* fsyncs the CommitLog every ``flushIntervalCommitLog`` ms
+  (ASYNC_FLUSH) or whenever a writer waits for durability (SYNC_FLUSH group commit: one fsync
+  releases every writer it covers);
+- the *housekeeper* flushes ConsumeQueues and the index, writes the checkpoint, and deletes
+  expired files.
+
+fsync runs on those threads with the GIL released, so it never blocks an asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..protocol.message import (
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    STORE_TIMESTAMP,
+    STORE_TIMESTAMP_POS,
+    MessageRecord,
+    decode_offset_msg_id,
+    decode_record,
+    property_value,
+    tags_code,
+)
+from .checkpoint import Checkpoint
+from .commitlog import AppendResult, CommitLog, StoreMessage, is_transaction_hidden
+from .config import MessageStoreConfig
+from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
+from .errors import StoreClosedError
+from .index import IndexService
+from .mapped_file import MappedFile
+
+log = logging.getLogger("rocketq.store")
+
+#: A listener learns that ``(topic, queue_id)`` now holds units up to ``max_offset``.
+DispatchListener = Callable[[str, int, int], None]
+
+
+class PutStatus(enum.Enum):
+    """Outcome of an append (RocketMQ's PutMessageStatus, for the cases that are not errors)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Where a message was stored and whether it is known to be durable."""
+
+    status: PutStatus
+    commitlog_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+    msg_id: str
+
+
+class GetStatus(enum.Enum):
+    """Outcome of a read (RocketMQ's GetMessageStatus)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetResult:
+    """Messages read from one queue: raw record bytes, never re-encoded.
+
+    ``buffers`` are memoryviews of the mapped CommitLog; ``segments`` gives the same bytes as
+    ``(fd, file position, length)`` runs for ``os.sendfile``. Call ``release()`` (or use the
+    result as a context manager) when done so deleted files can be unmapped.
+    """
+
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)
+    commitlog_offsets: list[int] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)
+    _locations: list[tuple[MappedFile, int, int]] = field(default_factory=list)
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+    @property
+    def total_size(self) -> int:
+        return sum(len(b) for b in self.buffers)
+
+    def data(self) -> bytes:
+        """All records back to back, as a PULL_MESSAGE body."""
+        return b"".join(self.buffers)
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """``(fd, position, length)`` runs covering the records, merged where contiguous."""
+        runs: list[list[int]] = []
+        for f, pos, size in self._locations:
+            if runs and runs[-1][0] == f.fd and runs[-1][1] + runs[-1][2] == pos:
+                runs[-1][2] += size
+            else:
+                runs.append([f.fd, pos, size])
+        return [(fd, pos, size) for fd, pos, size in runs]
+
+    def decode(self, decompress: bool = True) -> list[MessageRecord]:
+        return [decode_record(b, decompress=decompress) for b in self.buffers]
+
+    def release(self) -> None:
+        for b in self.buffers:
+            b.release()
+        self.buffers = []
+        self._locations = []
+
+    def __enter__(self) -> GetResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _GroupCommit:
+    """SYNC_FLUSH: writers wait until an fsync covers their offset; one fsync serves many."""
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        self.commitlog = commitlog
+        self.cond = threading.Condition()
+        self.requests: list[tuple[int, asyncio.AbstractEventLoop | None,
+                                  asyncio.Future[bool] | None]] = []
+        self.flushed = commitlog.files.flushed_offset
+        self.flush_count = 0
+
+    def request_async(self, offset: int) -> asyncio.Future[bool]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        with self.cond:
+            if self.flushed >= offset:
+                fut.set_result(True)
+                return fut
+            self.requests.append((offset, loop, fut))
+            self.cond.notify_all()
+        return fut
+
+    def wait(self, offset: int, timeout: float) -> bool:
+        with self.cond:
+            if self.flushed >= offset:
+                return True
+            self.requests.append((offset, None, None))
+            self.cond.notify_all()
+            return self.cond.wait_for(lambda: self.flushed >= offset, timeout)
+
+    def run_once(self, idle_wait: float) -> None:
+        with self.cond:
+            if not self.requests:
+                self.cond.wait(idle_wait)
+            requests, self.requests = self.requests, []
+        if not requests and self.commitlog.files.flushed_offset >= self.commitlog.max_offset:
+            return
+        flushed = self.commitlog.files.flush()
+        self.flush_count += 1
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[bool]]] = {}
+        with self.cond:
+            self.flushed = flushed
+            self.cond.notify_all()
+            late = []
+            for offset, loop, fut in requests:
+                if offset > flushed:
+                    late.append((offset, loop, fut))  # appended after this fsync began
+                elif loop is not None and fut is not None:
+                    by_loop.setdefault(loop, []).append(fut)
+            self.requests[:0] = late
+        for loop, futs in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_resolve, futs)
+            except RuntimeError:
+                pass  # that loop is closed; nobody is waiting any more
+
+    def wake(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+def _resolve(futs: list[asyncio.Future[bool]]) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(True)
+
+
+class MessageStore:
+    """The message store of one broker. Open it, put and get messages, close it.
+
+    >>> store = MessageStore(MessageStoreConfig(storePathRootDir=path))   # doctest: +SKIP
+    >>> result = store.put_message(StoreMessage.create("Orders", b"hi", tags="paid"))
+    >>> store.get_messages("Orders", 0, 0, 32).decode()[0].body
+    """
+
+    def __init__(self, config: MessageStoreConfig, *, start: bool = True) -> None:
+        self.config = config
+        self.commitlog = CommitLog(config)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._cq_lock = threading.Lock()
+        self.index = IndexService(config.store_path_index, config.maxHashSlotNum,
+                                  config.maxIndexNum)
+        self.checkpoint: Checkpoint | None = None
+        self.reput_offset = 0
+        self._listeners: list[DispatchListener] = []
+        self._dispatch_event = threading.Event()
+        self._dispatch_lock = threading.Lock()
+        self._dispatched_cond = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._group_commit: _GroupCommit | None = None
+        self._topic_names: dict[bytes, str] = {}
+        self.running = False
+        self.recovered_abnormally = False
+        self.last_clean_time = 0.0
+        self._flush_error: BaseException | None = None
+        if start:
+            self.start()
+
+    # ================================================================== lifecycle
+    def start(self) -> None:
+        """Load files, recover, and start the background threads."""
+        cfg = self.config
+        os.makedirs(cfg.storePathRootDir, exist_ok=True)
+        t0 = time.monotonic()
+        self._recover()
+        with open(cfg.abort_path, "w"):
+            pass
+        assert self.checkpoint is not None
+        self.checkpoint.clean_end_offset = -1
+        self.checkpoint.flush()
+        self.commitlog.on_append.append(self._on_append)
+        if cfg.sync_flush:
+            self._group_commit = _GroupCommit(self.commitlog)
+        self._stop.clear()
+        self.running = True
+        for name, target in (("dispatcher", self._dispatch_loop),
+                             ("commitlog-flusher", self._flush_loop),
+                             ("housekeeper", self._housekeeping_loop)):
+            t = threading.Thread(target=target, name=f"rocketq-store-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info("store at %s ready in %.0f ms: CommitLog [%d, %d), %d queues%s",
+                 cfg.storePathRootDir, (time.monotonic() - t0) * 1000, self.commitlog.min_offset,
+                 self.commitlog.max_offset, len(self.consume_queues),
+                 " (recovered after a crash)" if self.recovered_abnormally else "")
+
+    def close(self) -> None:
+        """Stop threads, flush everything, write a clean checkpoint and drop the abort marker."""
+        if not self.running:
+            return
+        self.running = False
+        self._stop.set()
+        self._dispatch_event.set()
+        if self._group_commit:
+            self._group_commit.wake()
+        for t in self._threads:
+            t.join()
+        self._threads.clear()
+        self.dispatch()
+        self.commitlog.files.flush()
+        self._flush_logics()
+        cp = self.checkpoint
+        assert cp is not None
+        cp.flushed_offset = self.commitlog.files.flushed_offset
+        cp.dispatched_offset = self.reput_offset
+        cp.clean_end_offset = self.commitlog.max_offset
+        cp.flush()
+        cp.close()
+        self.commitlog.files.close()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.index.close()
+        try:
+            os.unlink(self.config.abort_path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ================================================================== writing
+    def put_messages(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        """Append messages (one call, consecutive records) and, with SYNC_FLUSH, wait until
+        they are on disk unless a message says ``WAIT=false``.
+
+        Raises MessageIllegalError (bad topic, body or properties) or DiskFullError; the store
+        stays usable either way.
+        """
+        if not self.running:
+            raise StoreClosedError("the message store is closed")
+        appended = self.commitlog.append(messages)
+        status = PutStatus.PUT_OK
+        gc = self._group_commit
+        if gc is not None and appended and any(_wants_wait(m) for m in messages):
+            last = appended[-1]
+            if not gc.wait(last.commitlog_offset + last.size,
+                           self.config.syncFlushTimeout / 1000):
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        return [self._result(a, status) for a in appended]
+
+    def put_message(self, message: StoreMessage) -> PutResult:
+        """Append one message; see :meth:`put_messages`."""
+        return self.put_messages((message,))[0]
+
+    async def put_messages_async(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        """Like :meth:`put_messages`, but waits for a SYNC_FLUSH without blocking the loop."""
+        if not self.running:
+            raise StoreClosedError("the message store is closed")
+        appended = self.commitlog.append(messages)
+        status = PutStatus.PUT_OK
+        gc = self._group_commit
+        if gc is not None and appended and any(_wants_wait(m) for m in messages):
+            last = appended[-1]
+            fut = gc.request_async(last.commitlog_offset + last.size)
+            try:
+                await asyncio.wait_for(fut, self.config.syncFlushTimeout / 1000)
+            except TimeoutError:
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        return [self._result(a, status) for a in appended]
+
+    async def put_message_async(self, message: StoreMessage) -> PutResult:
+        return (await self.put_messages_async((message,)))[0]
+
+    def _result(self, a: AppendResult, status: PutStatus) -> PutResult:
+        return PutResult(status, a.commitlog_offset, a.size, a.queue_offset, a.store_timestamp,
+                         self.commitlog.msg_id(a.commitlog_offset))
+
+    def _on_append(self, end: int) -> None:
+        if not self._dispatch_event.is_set():
+            self._dispatch_event.set()
+
+    # ================================================================== dispatch
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        """Call ``listener(topic, queue_id, max_offset)`` (on the dispatcher thread) when
+        new units land in a ConsumeQueue. Long polling hangs off this."""
+        self._listeners.append(listener)
+
+    def remove_dispatch_listener(self, listener: DispatchListener) -> None:
+        self._listeners.remove(listener)
+
+    def _dispatch_loop(self) -> None:
+        while not self._stop.is_set():
+            self._dispatch_event.wait(0.5)
+            self._dispatch_event.clear()
+            try:
+                self.dispatch()
+            except Exception:  # keep dispatching later records; say what went wrong
+                log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
+                self._stop.wait(0.1)
+
+    def dispatch(self) -> int:
+        """Build ConsumeQueue units and index entries for every record not yet dispatched;
+        return how many records were dispatched."""
+        total = 0
+        with self._dispatch_lock:
+            while True:
+                end = self.commitlog.max_offset
+                if self.reput_offset >= end:
+                    break
+                records, next_offset, _ = self.commitlog.scan(self.reput_offset, end)
+                grown: dict[tuple[str, int], int] = {}
+                for offset, record in records:
+                    self._dispatch_record(offset, record, grown, index_from=-1)
+                self.reput_offset = next_offset
+                total += len(records)
+                if grown:
+                    self._notify(grown)
+                if not records and next_offset >= end:
+                    break
+        if total:
+            with self._dispatched_cond:
+                self._dispatched_cond.notify_all()
+        return total
+
+    def _notify(self, grown: dict[tuple[str, int], int]) -> None:
+        for listener in self._listeners:
+            for (topic, queue_id), max_offset in grown.items():
+                try:
+                    listener(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("dispatch listener %r failed", listener)
+
+    def _dispatch_record(self, offset: int, record: memoryview,
+                         grown: dict[tuple[str, int], int], index_from: int) -> None:
+        (size, _magic, _crc, queue_id, _flag, queue_offset, _phys, sysflag, _born_ts, _bh, _bp,
+         store_ts, _sh, _sp, _reconsume, _prepared, body_len) = RECORD_HEADER.unpack_from(record)
+        p = RECORD_HEADER_SIZE + body_len
+        topic_len = record[p]
+        raw_topic = record[p + 1:p + 1 + topic_len].tobytes()
+        topic = self._topic_names.get(raw_topic)
+        if topic is None:
+            topic = self._topic_names[raw_topic] = raw_topic.decode()
+        p += 1 + topic_len
+        props = record[p + 2:p + 2 + int.from_bytes(record[p:p + 2], "big")].tobytes()
+        if not is_transaction_hidden(sysflag):
+            tags = property_value(props, b"TAGS") if props else None
+            code = tags_code(tags.decode()) if tags else 0
+            key = (topic, queue_id)
+            cq = self.consume_queues.get(key) or self._create_cq(topic, queue_id)
+            if cq.put(queue_offset, offset, size, code):
+                grown[key] = queue_offset + 1
+        if self.config.messageIndexEnable and offset > index_from and props:
+            keys = []
+            raw_keys = property_value(props, b"KEYS")
+            if raw_keys:
+                keys.extend(k for k in raw_keys.decode().split(" ") if k)
+            uniq = property_value(props, b"UNIQ_KEY")
+            if uniq:
+                keys.append(uniq.decode())
+            if keys:
+                self.index.put_keys(topic, keys, offset, store_ts)
+
+    def wait_dispatched(self, offset: int | None = None, timeout: float = 5.0) -> bool:
+        """Block until everything up to ``offset`` (default: the CommitLog end) is dispatched."""
+        target = self.commitlog.max_offset if offset is None else offset
+        deadline = time.monotonic() + timeout
+        with self._dispatched_cond:
+            while self.reput_offset < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._dispatch_event.set()
+                self._dispatched_cond.wait(min(remaining, 0.05))
+        return True
+
+    # ================================================================== consume queues
+    def _create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        with self._cq_lock:
+            cq = self.consume_queues.get((topic, queue_id))
+            if cq is None:
+                cq = ConsumeQueue(self.config.store_path_consume_queue, topic, queue_id,
+                                  self.config.mappedFileSizeConsumeQueue)
+                self.consume_queues = {**self.consume_queues, (topic, queue_id): cq}
+            return cq
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still readable (retention moves it up)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.min_offset if cq else 0
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last dispatched queue offset."""
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self.consume_queues if t == topic)
+
+    def topics(self) -> set[str]:
+        return {t for t, _ in self.consume_queues}
+
+    def delete_topics(self, topics: Iterable[str]) -> int:
+        """Drop the ConsumeQueues of ``topics`` (their CommitLog records age out normally)."""
+        doomed = set(topics)
+        with self._cq_lock:
+            gone = [cq for key, cq in self.consume_queues.items() if key[0] in doomed]
+            self.consume_queues = {k: v for k, v in self.consume_queues.items()
+                                   if k[0] not in doomed}
+        with self.commitlog.lock:
+            for key in [k for k in self.commitlog.queue_offsets if k[0] in doomed]:
+                del self.commitlog.queue_offsets[key]
+        for cq in gone:
+            cq.files.remove_first(cq.files.files)
+            shutil.rmtree(cq.files.directory, ignore_errors=True)
+        for topic in doomed:
+            shutil.rmtree(os.path.join(self.config.store_path_consume_queue, topic),
+                          ignore_errors=True)
+        return len(gone)
+
+    # ================================================================== reading
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int,
+                     tag_codes: set[int] | frozenset[int] | None = None,
+                     record_filter: Callable[[memoryview], bool] | None = None,
+                     max_bytes: int | None = None) -> GetResult:
+        """Read up to ``max_count`` messages of a queue from logical ``offset``.
+
+        ``tag_codes`` keeps units whose tag code is in the set (None keeps all);
+        ``record_filter`` can look at each record's bytes (SQL92 filters). The answer's status
+        and ``next_begin_offset`` follow RocketMQ's rules, so a broker maps them to pull codes.
+        """
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if max_offset == 0 or max_offset <= min_offset:
+            status = GetStatus.NO_MESSAGE_IN_QUEUE
+            return GetResult(status, _correct(offset, max_offset, min_offset), min_offset,
+                             max_offset)
+        if offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, _correct(offset, max_offset,
+                                                                       min_offset),
+                             min_offset, max_offset)
+        max_bytes = self.config.maxTransferBytesOnMessageInMemory if max_bytes is None \
+            else max_bytes
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        units = cq.units(offset, max(800, max_count))
+        if units is None:
+            result.status = GetStatus.OFFSET_FOUND_NULL
+            result.next_begin_offset = offset + 1 if offset + 1 < max_offset else offset
+            return result
+        commitlog = self.commitlog
+        commitlog_min = commitlog.min_offset
+        files = commitlog.files
+        total = 0
+        next_offset = offset
+        removed = False
+        buffers, locations = result.buffers, result._locations
+        for phys, size, code in UNIT.iter_unpack(units):
+            if len(buffers) >= max_count or (buffers and total + size > max_bytes):
+                break
+            queue_offset = next_offset
+            next_offset += 1
+            if size <= 0:
+                continue
+            if phys < commitlog_min:
+                removed = True
+                continue
+            if tag_codes is not None and code not in tag_codes:
+                continue
+            f = files.find(phys)
+            if f is None:
+                removed = True
+                continue
+            pos = phys - f.from_offset
+            view = f.view[pos:pos + size]
+            if record_filter is not None and not record_filter(view):
+                view.release()
+                continue
+            buffers.append(view)
+            locations.append((f, pos, size))
+            result.commitlog_offsets.append(phys)
+            result.queue_offsets.append(queue_offset)
+            total += size
+        units.release()
+        result.next_begin_offset = next_offset
+        if buffers:
+            result.status = GetStatus.FOUND
+        elif removed:
+            result.status = GetStatus.MESSAGE_WAS_REMOVING
+        return result
+
+    def look_message_by_offset(self, commitlog_offset: int) -> MessageRecord | None:
+        """Decode the record at a CommitLog offset, or None if there is none."""
+        view = self.commitlog.record_at(commitlog_offset)
+        if view is None:
+            return None
+        try:
+            return decode_record(view)
+        finally:
+            view.release()
+
+    def record_bytes(self, commitlog_offset: int) -> bytes | None:
+        """The raw record at a CommitLog offset (for VIEW_MESSAGE_BY_ID answers)."""
+        view = self.commitlog.record_at(commitlog_offset)
+        if view is None:
+            return None
+        try:
+            return view.tobytes()
+        finally:
+            view.release()
+
+    def look_message_by_id(self, msg_id: str) -> MessageRecord | None:
+        """Find a message by its offset message id (store host, port, CommitLog offset)."""
+        _host, _port, offset = decode_offset_msg_id(msg_id)
+        return self.look_message_by_offset(offset)
+
+    def query_messages(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                       end: int | None = None) -> list[MessageRecord]:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY include ``key``, stored in
+        ``[begin, end]`` ms, newest first."""
+        end = int(time.time() * 1000) + 1000 if end is None else end
+        max_num = min(max_num, self.config.maxMsgsNumBatch)
+        found = []
+        seen = set()
+        for offset in self.index.query(topic, key, max_num * 2, begin, end):
+            if offset in seen or offset < self.commitlog.min_offset:
+                continue
+            seen.add(offset)
+            record = self.look_message_by_offset(offset)
+            # Hash collisions and entries left by a cut tail are filtered out here.
+            if record is None or record.topic != topic:
+                continue
+            if key not in record.keys and record.properties.get("UNIQ_KEY") != key:
+                continue
+            if not begin <= record.store_timestamp <= end:
+                continue
+            found.append(record)
+            if len(found) >= max_num:
+                break
+        return found
+
+    def query_message_by_unique_key(self, topic: str, uniq_key: str) -> MessageRecord | None:
+        """Find a message by the UNIQ_KEY its producer gave it."""
+        found = self.query_messages(topic, uniq_key, 1)
+        return found[0] if found else None
+
+    def _store_timestamp(self, phys: int) -> int | None:
+        view = self.commitlog.view(phys + STORE_TIMESTAMP_POS, 8)
+        if view is None:
+            return None
+        try:
+            return STORE_TIMESTAMP.unpack(view)[0]
+        finally:
+            view.release()
+
+    def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (ms);
+        the max offset if every message is older."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        commitlog_min = self.commitlog.min_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = cq.unit(mid)
+            ts = None
+            if unit is not None and unit[1] > 0 and unit[0] >= commitlog_min:
+                ts = self._store_timestamp(unit[0])
+            if ts is None or ts < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int,
+                                    queue_offset: int) -> int | None:
+        cq = self.consume_queues.get((topic, queue_id))
+        unit = cq.unit(queue_offset) if cq else None
+        if unit is None or unit[1] <= 0:
+            return None
+        return self._store_timestamp(unit[0])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int | None:
+        """Store time of the oldest message still in the queue."""
+        return self.get_message_store_timestamp(topic, queue_id,
+                                                self.get_min_offset(topic, queue_id))
+
+    # ================================================================== flushing
+    def _flush_loop(self) -> None:
+        cfg = self.config
+        gc = self._group_commit
+        while not self._stop.is_set():
+            try:
+                if gc is not None:
+                    gc.run_once(0.01)
+                else:
+                    self._stop.wait(cfg.flushIntervalCommitLog / 1000)
+                    self.commitlog.files.flush()
+            except Exception as exc:
+                self._flush_error = exc
+                log.exception("CommitLog flush failed")
+                self._stop.wait(0.1)
+        if gc is not None:
+            gc.run_once(0)
+
+    def _flush_logics(self) -> None:
+        """Flush ConsumeQueues and the index, then record progress in the checkpoint."""
+        dispatched = self.reput_offset
+        for cq in list(self.consume_queues.values()):
+            cq.flush()
+        self.index.flush()
+        cp = self.checkpoint
+        if cp is not None and cp.fd >= 0:
+            cp.dispatched_offset = dispatched
+            cp.flushed_offset = self.commitlog.files.flushed_offset
+            now = int(time.time() * 1000)
+            cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = now
+            cp.flush()
+
+    def _housekeeping_loop(self) -> None:
+        cfg = self.config
+        next_clean = time.monotonic() + cfg.cleanResourceInterval / 1000
+        while not self._stop.wait(cfg.flushIntervalConsumeQueue / 1000):
+            try:
+                self._flush_logics()
+                if time.monotonic() >= next_clean:
+                    next_clean = time.monotonic() + cfg.cleanResourceInterval / 1000
+                    self.clean_expired_files()
+            except Exception:
+                log.exception("store housekeeping failed")
+
+    # ================================================================== retention
+    def disk_used_ratio(self) -> float:
+        """Percentage of the CommitLog's disk in use."""
+        usage = shutil.disk_usage(self.config.storePathCommitLog)
+        return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+
+    def clean_expired_files(self, *, now: float | None = None, manual: bool = False) -> int:
+        """Delete CommitLog files past ``fileReservedTime`` when it is ``deleteWhen`` o'clock,
+        the disk is over ``diskMaxUsedSpaceRatio``, or ``manual``; over
+        ``diskSpaceCleanForciblyRatio`` the oldest files go even if not expired. The file being
+        written is never deleted. ConsumeQueue and index files that only point below the new
+        CommitLog minimum go too. Returns the number of CommitLog files deleted."""
+        cfg = self.config
+        now = time.time() if now is None else now
+        hour = time.localtime(now).tm_hour
+        due = any(part.strip() and int(part) == hour for part in cfg.deleteWhen.split(";")
+                  if part.strip().isdigit())
+        ratio = self.disk_used_ratio()
+        space_full = ratio > cfg.diskMaxUsedSpaceRatio
+        force = ratio > cfg.diskSpaceCleanForciblyRatio
+        deleted = 0
+        if due or space_full or manual:
+            doomed = self.commitlog.files.expired_files(
+                cfg.fileReservedTime * 3600, now, cfg.deleteFileBatchMax, force=force)
+            if doomed:
+                deleted = self.commitlog.files.remove_first(doomed)
+                log.info("deleted %d CommitLog file(s) (disk %.0f%% used); min offset now %d",
+                         deleted, ratio, self.commitlog.min_offset)
+        self.commitlog.files.retry_closing()
+        commitlog_min = self.commitlog.min_offset
+        for cq in list(self.consume_queues.values()):
+            cq.delete_expired(commitlog_min)
+            cq.files.retry_closing()
+        self.index.delete_before(commitlog_min)
+        self.last_clean_time = now
+        return deleted
+
+    # ================================================================== recovery
+    def _recover(self) -> None:
+        cfg = self.config
+        abnormal = os.path.exists(cfg.abort_path)
+        cp = self.checkpoint = Checkpoint(cfg.checkpoint_path)
+        commitlog = self.commitlog
+        commitlog.files.load()
+        self._load_consume_queues()
+        self.index.load()
+        files = commitlog.files.files
+        index_from = self.index.end_phy_offset
+        if not files:
+            self.reput_offset = 0
+            self._truncate_logics(0)
+        elif (not abnormal and cp.existed and files[-1].from_offset <= cp.clean_end_offset
+              <= files[-1].from_offset + files[-1].file_size):
+            # Clean shutdown: the checkpoint says exactly where the log ends.
+            last = files[-1]
+            last.wrote_position = last.flushed_position = cp.clean_end_offset - last.from_offset
+            self._truncate_logics(cp.clean_end_offset)
+            self.reput_offset = max(commitlog.min_offset,
+                                    min(cp.dispatched_offset, cp.clean_end_offset))
+        else:
+            # After a crash: everything before the last checkpointed offsets is sound; scan
+            # from there, validating each record, and cut the log at the first bad one.
+            self.recovered_abnormally = True
+            start = min(cp.flushed_offset, cp.dispatched_offset) if cp.existed else 0
+            if not commitlog.min_offset <= start <= commitlog.files.max_offset:
+                start = commitlog.min_offset
+            scan_file = commitlog.files.find(start) or files[-1]
+            for f in files:
+                if f.from_offset < scan_file.from_offset:
+                    f.wrote_position = f.flushed_position = f.file_size
+            end = start
+            while True:
+                records, end, bad = commitlog.scan(end, validate=True)
+                if bad or not records:
+                    break
+            commitlog.files.truncate(end)
+            log.warning("recovered after a crash: scanned CommitLog from %d, end at %d", start,
+                        end)
+            self._truncate_logics(end)
+            self.reput_offset = start
+            index_from = min(index_from, end)
+        # Re-dispatch what the ConsumeQueues and index may lack (idempotent per unit).
+        grown: dict[tuple[str, int], int] = {}
+        end = commitlog.max_offset
+        offset = self.reput_offset
+        while offset < end:
+            records, offset, _ = commitlog.scan(offset, end)
+            for phys, record in records:
+                self._dispatch_record(phys, record, grown, index_from=index_from)
+            if not records:
+                break
+        self.reput_offset = offset
+        with commitlog.lock:
+            commitlog.queue_offsets = {key: cq.max_offset
+                                       for key, cq in self.consume_queues.items()}
+        commitlog_min = commitlog.min_offset
+        for cq in self.consume_queues.values():
+            cq.correct_min_offset(commitlog_min)
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.store_path_consume_queue
+        os.makedirs(root, exist_ok=True)
+        queues = {}
+        for topic in sorted(os.listdir(root)):
+            topic_dir = os.path.join(root, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for qid in os.listdir(topic_dir):
+                if not qid.isdigit():
+                    continue
+                cq = ConsumeQueue(root, topic, int(qid), self.config.mappedFileSizeConsumeQueue)
+                cq.files.load()
+                cq.recover()
+                queues[(topic, int(qid))] = cq
+        self.consume_queues = queues
+
+    def _truncate_logics(self, commitlog_end: int) -> None:
+        for cq in self.consume_queues.values():
+            cq.truncate_to_commitlog(commitlog_end)
+
+
+def _correct(offset: int, max_offset: int, min_offset: int) -> int:
+    """Where a consumer asking for a bad offset should go next (nextOffsetCorrection)."""
+    return max_offset if offset > max_offset else max(min_offset, 0)
+
+
+def _wants_wait(message: StoreMessage) -> bool:
+    props = message.properties
+    i = props.find("WAIT\x01")
+    while i >= 0:
+        if i == 0 or props[i - 1] == "\x02":
+            return not props.startswith("false", i + 5)
+        i = props.find("WAIT\x01", i + 1)
+    return True
+
+
+__all__ = [
+    "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus", "UNIT_SIZE",
+]
