@@ -63,8 +63,6 @@ class MessageStoreConfig:
                      "maxHashSlotNum", "maxIndexNum"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.maxMessageSize + 1024 > self.mappedFileSizeCommitLog:
-            raise ValueError("mappedFileSizeCommitLog must exceed maxMessageSize")
 
     # Paths, derived as RocketMQ derives them.
     @property

@@ -117,7 +117,8 @@ class IndexFile:
             h, phys, time_diff, prev = ENTRY.unpack_from(
                 view, self._entries_at + current * ENTRY_SIZE)
             stored = self.begin_timestamp + time_diff * 1000
-            if h == key_hash and begin <= stored <= end + 999:
+            # Entries keep whole seconds; the caller checks the exact store time.
+            if h == key_hash and begin <= stored + 999 and stored <= end:
                 out.append(phys)
             if prev <= 0 or prev >= current:
                 break

@@ -1,0 +1,70 @@
+"""IndexFile: key, unique-id and offset-id queries, time ranges, file roll-over."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+from rocketq.store import MessageStore, StoreMessage
+from rocketq.store.index import HEADER, index_key_hash
+
+from .conftest import small_config
+
+
+def test_query_by_key_unique_id_and_offset_id(store):
+    results = []
+    for i in range(50):
+        results.append(store.put_message(StoreMessage.create(
+            "Orders", b"%d" % i, i % 4, keys=[f"order-{i}", "common"],
+            properties={"UNIQ_KEY": f"UID{i:04d}"})))
+    store.wait_dispatched()
+    found = store.query_messages("Orders", "order-17")
+    assert [r.body for r in found] == [b"17"]
+    common = store.query_messages("Orders", "common", max_num=64)
+    assert sorted(int(r.body) for r in common) == list(range(50))
+    assert store.query_messages("Orders", "common", max_num=5)[0].body == b"49"  # newest first
+    assert store.query_message_by_unique_key("Orders", "UID0033").body == b"33"
+    assert store.query_messages("Other", "order-17") == []
+    assert store.look_message_by_id(results[9].msg_id).body == b"9"
+
+
+def test_query_time_range(store):
+    store.put_message(StoreMessage.create("T", b"old", 0, keys="k"))
+    time.sleep(1.1)
+    cut = int(time.time() * 1000)
+    store.put_message(StoreMessage.create("T", b"new", 0, keys="k"))
+    store.wait_dispatched()
+    assert [r.body for r in store.query_messages("T", "k", begin=cut)] == [b"new"]
+    assert [r.body for r in store.query_messages("T", "k", end=cut - 1)] == [b"old"]
+    assert len(store.query_messages("T", "k")) == 2
+
+
+def test_index_file_layout_and_roll_over(tmp_path):
+    config = small_config(tmp_path, maxHashSlotNum=7, maxIndexNum=20)
+    store = MessageStore(config)
+    try:
+        for i in range(30):
+            store.put_message(StoreMessage.create("T", b"%d" % i, 0, keys=f"key{i}"))
+        store.wait_dispatched()
+        files = sorted(os.listdir(config.store_path_index))
+        assert len(files) >= 2  # 20 entries per file (entry 0 unused) forces a second file
+        path = os.path.join(config.store_path_index, files[0])
+        assert os.path.getsize(path) == 40 + 7 * 4 + 20 * 20
+        # Every key is still found, across files and through collision chains of 7 slots.
+        for i in range(30):
+            assert [r.body for r in store.query_messages("T", f"key{i}")] == [b"%d" % i]
+    finally:
+        store.close()
+    with open(path, "rb") as fh:
+        begin_ts, end_ts, begin_phy, end_phy, slots_used, count = HEADER.unpack(fh.read(40))
+        assert count == 20 and begin_phy == 0 and end_ts >= begin_ts and 0 < slots_used <= 7
+        h = index_key_hash("T#key0")
+        fh.seek(40 + (h % 7) * 4)
+        slot = struct.unpack(">i", fh.read(4))[0]
+        assert 1 <= slot < 20
+
+
+def test_index_key_hash_is_abs_java_hash():
+    assert index_key_hash("TopicTest#KEY1") >= 0
+    assert index_key_hash("polygenelubricants") == 0  # hashCode is Integer.MIN_VALUE

@@ -1,0 +1,131 @@
+"""ConsumeQueue reads: statuses, tag filters, byte limits, timestamps, zero-copy views."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from rocketq.protocol.message import decode_record, tags_code
+from rocketq.store import GetStatus, MessageStore, StoreMessage
+from rocketq.store.consumequeue import UNIT
+
+
+def put(store, n, topic="T", queue_id=0, tags=None, body=b"m"):
+    return [store.put_message(StoreMessage.create(topic, body + b"%d" % i, queue_id, tags=tags))
+            for i in range(n)]
+
+
+def test_consume_queue_units_point_into_commitlog(store):
+    results = put(store, 5, tags="TagA")
+    store.wait_dispatched()
+    cq = store.consume_queues[("T", 0)]
+    for r in results:
+        phys, size, code = cq.unit(r.queue_offset)
+        assert (phys, size, code) == (r.commitlog_offset, r.size, 2598919)
+    path = os.path.join(store.config.store_path_consume_queue, "T", "0", "0" * 20)
+    with open(path, "rb") as fh:
+        assert UNIT.unpack(fh.read(20)) == (0, results[0].size, 2598919)
+
+
+def test_get_statuses_follow_rocketmq(store):
+    g = store.get_messages("Nope", 0, 0, 32)
+    assert g.status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+    put(store, 10)
+    store.wait_dispatched()
+    g = store.get_messages("T", 0, 3, 4)
+    assert g.status is GetStatus.FOUND and g.message_count == 4
+    assert g.next_begin_offset == 7 and (g.min_offset, g.max_offset) == (0, 10)
+    assert g.queue_offsets == [3, 4, 5, 6]
+    assert [r.body for r in g.decode()] == [b"m3", b"m4", b"m5", b"m6"]
+    g.release()
+    g = store.get_messages("T", 0, 10, 32)
+    assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and g.next_begin_offset == 10
+    g = store.get_messages("T", 0, 50, 32)
+    assert g.status is GetStatus.OFFSET_OVERFLOW_BADLY and g.next_begin_offset == 10
+
+
+def test_tag_filter_by_hash(store):
+    for i in range(30):
+        store.put_message(StoreMessage.create("T", b"%d" % i, 0, tags=["A", "B", "C"][i % 3]))
+    store.put_message(StoreMessage.create("T", b"untagged", 0))
+    store.wait_dispatched()
+    wanted = {tags_code("A"), tags_code("C")}
+    g = store.get_messages("T", 0, 0, 100, tag_codes=wanted)
+    tags = [r.tags for r in g.decode()]
+    assert tags.count("A") == 10 and tags.count("C") == 10 and "B" not in tags
+    assert None not in tags  # an untagged message does not match a tag subscription
+    assert g.next_begin_offset == 31
+    g.release()
+    g = store.get_messages("T", 0, 0, 100, tag_codes={tags_code("Z")})
+    assert g.status is GetStatus.NO_MATCHED_MESSAGE and g.next_begin_offset == 31
+
+
+def test_record_filter_and_byte_limit(store):
+    put(store, 20, body=b"x" * 1000)
+    store.wait_dispatched()
+    g = store.get_messages("T", 0, 0, 32, max_bytes=5000)
+    assert g.message_count == 4  # 4 records of ~1100 bytes fit in 5000
+    g.release()
+    g = store.get_messages("T", 0, 0, 32,
+                           record_filter=lambda v: decode_record(v).body.endswith(b"x15"))
+    assert [r.body[-3:] for r in g.decode()] == [b"x15"]
+    g.release()
+
+
+def test_raw_bytes_and_sendfile_segments(store, tmp_path):
+    results = put(store, 6)
+    store.wait_dispatched()
+    with store.get_messages("T", 0, 0, 32) as g:
+        data = g.data()
+        assert len(data) == sum(r.size for r in results)
+        (fd, pos, length), = g.segments()  # contiguous records: one run
+        assert (pos, length) == (0, len(data))
+        a, b = socket.socketpair()
+        try:
+            sent = os.sendfile(a.fileno(), fd, pos, length)
+            assert b.recv(length * 2) == data[:sent]
+        finally:
+            a.close()
+            b.close()
+
+
+def test_offset_by_time_and_earliest(store):
+    first = put(store, 3)
+    time.sleep(0.02)
+    middle = int(time.time() * 1000)
+    time.sleep(0.02)
+    later = put(store, 3)
+    store.wait_dispatched()
+    assert store.get_offset_by_time("T", 0, 0) == 0
+    assert store.get_offset_by_time("T", 0, middle) == 3
+    assert store.get_offset_by_time("T", 0, later[0].store_timestamp) == 3
+    assert store.get_offset_by_time("T", 0, later[-1].store_timestamp + 10_000) == 6
+    assert store.get_earliest_message_time("T", 0) == first[0].store_timestamp
+    assert store.get_message_store_timestamp("T", 0, 4) == later[1].store_timestamp
+
+
+def test_dispatch_listener_is_told_of_new_units(config):
+    store = MessageStore(config)
+    seen = []
+    store.add_dispatch_listener(lambda topic, qid, max_offset: seen.append((topic, qid,
+                                                                            max_offset)))
+    try:
+        put(store, 3, queue_id=2)
+        store.wait_dispatched()
+        assert ("T", 2, 3) in seen or seen[-1] == ("T", 2, 3)
+        assert max(m for t, q, m in seen if (t, q) == ("T", 2)) == 3
+    finally:
+        store.close()
+
+
+def test_delete_topic_drops_its_queues(store):
+    put(store, 3, topic="Gone")
+    put(store, 3, topic="Kept")
+    store.wait_dispatched()
+    assert store.delete_topics(["Gone"]) == 1
+    assert store.get_messages("Gone", 0, 0, 32).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+    assert not os.path.exists(os.path.join(store.config.store_path_consume_queue, "Gone"))
+    assert store.get_max_offset("Kept", 0) == 3
+    r = store.put_message(StoreMessage.create("Gone", b"again", 0))
+    assert r.queue_offset == 0
