@@ -3,7 +3,7 @@
 No networking here. See ``MessageStore`` for the entry point.
 """
 
-from .commitlog import AppendResult, StoreMessage
+from .commitlog import PutResult, PutStatus, StoreMessage
 from .config import ASYNC_FLUSH, SYNC_FLUSH, MessageStoreConfig
 from .errors import (
     DiskFullError,
@@ -14,10 +14,10 @@ from .errors import (
     StoreCorruptError,
     StoreError,
 )
-from .message_store import GetResult, GetStatus, MessageStore, PutResult, PutStatus
+from .message_store import GetResult, GetStatus, MessageStore
 
 __all__ = [
-    "ASYNC_FLUSH", "SYNC_FLUSH", "AppendResult", "DiskFullError", "GetResult", "GetStatus",
+    "ASYNC_FLUSH", "SYNC_FLUSH", "DiskFullError", "GetResult", "GetStatus",
     "MessageIllegalError", "MessageStore", "MessageStoreConfig", "MessageTooLargeError",
     "PropertiesTooLargeError", "PutResult", "PutStatus", "StoreClosedError",
     "StoreCorruptError", "StoreError", "StoreMessage",

@@ -8,11 +8,12 @@ ConsumeQueues, the IndexFile, waking long polls) is built from these bytes by th
 
 from __future__ import annotations
 
+import enum
+import struct
 import threading
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..protocol.message import (
     BLANK_MAGIC,
@@ -31,23 +32,20 @@ from ..protocol.message import (
 from ..protocol.topic import IllegalTopicError, validate_topic
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFileQueue
 
 #: A file's tail needs room for at least the blank filler's size and magic.
 END_FILE_MIN_BLANK_LENGTH = 8
 _BLANK = SIZE_AND_MAGIC
 
-_VALIDATED_TOPICS: set[str] = set()
+_SHORT = struct.Struct(">H")
 
 
 def _check_topic(topic: str) -> bytes:
-    if topic not in _VALIDATED_TOPICS:
-        try:
-            validate_topic(topic)
-        except IllegalTopicError as exc:
-            raise MessageIllegalError(str(exc)) from None
-        if len(_VALIDATED_TOPICS) < 100_000:
-            _VALIDATED_TOPICS.add(topic)
+    try:
+        validate_topic(topic)
+    except IllegalTopicError as exc:
+        raise MessageIllegalError(str(exc)) from None
     return topic.encode()
 
 
@@ -55,14 +53,15 @@ class StoreMessage:
     """A message on its way into the store: what a SEND request carries, before the store
     assigns offsets and timestamps (RocketMQ's MessageExtBrokerInner).
 
-    ``properties`` is the encoded property string (``name\\x01value\\x02...``); build one with
-    :meth:`create` from a dict.
+    ``properties`` is the encoded property string as UTF-8 bytes (``name\\x01value\\x02...``,
+    as a SEND request carries it); :meth:`create` builds one from a dict.
     """
 
     __slots__ = ("topic", "queue_id", "body", "flag", "properties", "sysflag", "born_timestamp",
                  "born_host", "born_port", "reconsume_times", "prepared_transaction_offset")
 
-    def __init__(self, topic: str, body: bytes, queue_id: int = 0, *, properties: str = "",
+    def __init__(self, topic: str, body: bytes, queue_id: int = 0, *,
+                 properties: bytes | str = b"",
                  flag: int = 0, sysflag: int = 0, born_timestamp: int = 0,
                  born_host: bytes = b"\x7f\x00\x00\x01", born_port: int = 0,
                  reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> None:
@@ -70,7 +69,7 @@ class StoreMessage:
         self.queue_id = queue_id
         self.body = body
         self.flag = flag
-        self.properties = properties
+        self.properties = properties.encode() if isinstance(properties, str) else properties
         self.sysflag = sysflag
         self.born_timestamp = born_timestamp
         self.born_host = born_host
@@ -90,18 +89,40 @@ class StoreMessage:
         if keys:
             props["KEYS"] = keys if isinstance(keys, str) else " ".join(keys)
         kwargs.setdefault("born_timestamp", int(time.time() * 1000))
-        return cls(topic, body, queue_id, properties=encode_properties(props),
+        return cls(topic, body, queue_id, properties=encode_properties(props).encode(),
                    born_host=host_to_bytes(born_host), born_port=born_port, **kwargs)
 
 
-@dataclass(slots=True)
-class AppendResult:
-    """Where one record landed."""
+class PutStatus(enum.Enum):
+    """Outcome of an append (RocketMQ's PutMessageStatus, for the cases that are not errors)."""
 
-    commitlog_offset: int
-    size: int
-    queue_offset: int
-    store_timestamp: int
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+class PutResult:
+    """Where a message was stored, and whether it is known to be durable."""
+
+    __slots__ = ("status", "commitlog_offset", "size", "queue_offset", "store_timestamp",
+                 "_id_prefix")
+
+    def __init__(self, status: PutStatus, commitlog_offset: int, size: int, queue_offset: int,
+                 store_timestamp: int, id_prefix: str) -> None:
+        self.status = status
+        self.commitlog_offset = commitlog_offset
+        self.size = size
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self._id_prefix = id_prefix
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id: store host, port and CommitLog offset in hex."""
+        return f"{self._id_prefix}{self.commitlog_offset:016X}"
+
+    def __repr__(self) -> str:
+        return (f"PutResult({self.status.name}, commitlog_offset={self.commitlog_offset}, "
+                f"size={self.size}, queue_offset={self.queue_offset}, msg_id={self.msg_id})")
 
 
 def is_transaction_hidden(sysflag: int) -> bool:
@@ -123,6 +144,8 @@ class CommitLog:
         self.store_port = config.listenPort
         self._max_body = config.maxMessageSize
         self._max_record = config.mappedFileSizeCommitLog - END_FILE_MIN_BLANK_LENGTH
+        self.msg_id_prefix = create_offset_msg_id(self.store_host, self.store_port, 0)[:16]
+        self._topic_parts: dict[str, bytes] = {}
         #: Callbacks run after bytes land, with the new end offset (wakes the dispatcher).
         self.on_append: list = []
 
@@ -169,90 +192,93 @@ class CommitLog:
         return offset + size - offset % size
 
     # ------------------------------------------------------------------ writing
-    def append(self, messages: Sequence[StoreMessage]) -> list[AppendResult]:
+    def append(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Append records for ``messages`` in order and return where each landed.
 
         Raises MessageIllegalError subclasses before writing anything if any message is bad,
         and DiskFullError if a new file cannot be created (what was appended before stays).
         """
-        prepared = []
         max_body = self._max_body
+        topic_parts = self._topic_parts
         for m in messages:
+            if len(m.body) > max_body:
+                raise MessageTooLargeError(
+                    f"message body is {len(m.body)} bytes; maxMessageSize is {max_body}")
+            if len(m.properties) > MAX_PROPERTIES_SIZE:
+                raise PropertiesTooLargeError(
+                    f"message properties are {len(m.properties)} bytes; the limit is "
+                    f"{MAX_PROPERTIES_SIZE}")
             if m.queue_id < 0:
                 raise MessageIllegalError(f"queue id {m.queue_id} is negative")
-            body = m.body
-            if len(body) > max_body:
-                raise MessageTooLargeError(
-                    f"message body is {len(body)} bytes; maxMessageSize is {max_body}")
-            props = m.properties.encode()
-            if len(props) > MAX_PROPERTIES_SIZE:
-                raise PropertiesTooLargeError(
-                    f"message properties are {len(props)} bytes; the limit is "
-                    f"{MAX_PROPERTIES_SIZE}")
-            topic = _check_topic(m.topic)
-            size = RECORD_OVERHEAD + len(body) + len(topic) + len(props)
-            if size > self._max_record:
-                raise MessageTooLargeError(f"a {size}-byte record does not fit in a CommitLog file")
-            prepared.append((m, body, topic, props, size))
+            part = topic_parts.get(m.topic)
+            if part is None:
+                part = self._topic_part(m.topic)
+            if 90 + len(m.body) + len(part) + len(m.properties) > self._max_record:
+                raise MessageTooLargeError("the record does not fit in a CommitLog file")
         with self.lock:
-            return self._append_locked(prepared)
+            return self._append_locked(messages)
 
-    def _append_locked(self, prepared: list) -> list[AppendResult]:
-        results: list[AppendResult] = []
+    def _topic_part(self, topic: str) -> bytes:
+        raw = _check_topic(topic)
+        part = bytes((len(raw),)) + raw
+        if len(self._topic_parts) < 100_000:
+            self._topic_parts[topic] = part
+        return part
+
+    def _append_locked(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        results: list[PutResult] = []
         queue_offsets = self.queue_offsets
+        topic_parts = self._topic_parts
         store_host, store_port = self.store_host, self.store_port
         pack = RECORD_HEADER.pack
+        pack_short = _SHORT.pack
         crc32 = zlib.crc32
+        ok = PutStatus.PUT_OK
+        prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
         f = self.files.last_for_write()
         base = f.from_offset + f.wrote_position
         free = f.free_space
         parts: list[bytes] = []
-        pending_offsets: dict[tuple[str, int], int] = {}
-        for m, body, topic, props, size in prepared:
+        extend = parts.extend
+        for m in messages:
+            body = m.body
+            props = m.properties
+            topic_part = topic_parts.get(m.topic) or self._topic_part(m.topic)
+            size = 90 + len(body) + len(topic_part) + len(props)
             if size + END_FILE_MIN_BLANK_LENGTH > free:
                 # Seal this file with the blank filler and continue in the next one.
                 parts.append(_BLANK.pack(free, BLANK_MAGIC))
-                self._write(f, parts)
+                f.append(b"".join(parts))
                 f.wrote_position = f.file_size
-                queue_offsets.update(pending_offsets)
-                pending_offsets.clear()
-                parts = []
+                parts.clear()
                 f = self.files.last_for_write()
                 base = f.from_offset + f.wrote_position
                 free = f.free_space
-            key = (m.topic, m.queue_id)
-            if is_transaction_hidden(m.sysflag):
-                queue_offset = 0
+            tran = m.sysflag & SysFlag.TRANSACTION_MASK
+            if tran == SysFlag.TRANSACTION_PREPARED or tran == SysFlag.TRANSACTION_ROLLBACK:
+                queue_offset = 0  # half and rollback records get no ConsumeQueue unit
             else:
-                queue_offset = pending_offsets.get(key)
-                if queue_offset is None:
-                    queue_offset = queue_offsets.get(key, 0)
-                pending_offsets[key] = queue_offset + 1
-            parts.append(pack(
-                size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, queue_offset, base,
-                m.sysflag, m.born_timestamp, m.born_host, m.born_port, now, store_host,
-                store_port, m.reconsume_times, m.prepared_transaction_offset, len(body)))
-            parts.append(body)
-            parts.append(len(topic).to_bytes(1, "big") + topic + len(props).to_bytes(2, "big"))
-            parts.append(props)
-            results.append(AppendResult(base, size, queue_offset, now))
+                key = (m.topic, m.queue_id)
+                queue_offset = queue_offsets.get(key, 0)
+                queue_offsets[key] = queue_offset + 1
+            extend((pack(size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag,
+                         queue_offset, base, m.sysflag, m.born_timestamp, m.born_host,
+                         m.born_port, now, store_host, store_port, m.reconsume_times,
+                         m.prepared_transaction_offset, len(body)),
+                    body, topic_part, pack_short(len(props)), props))
+            results.append(PutResult(ok, base, size, queue_offset, now, prefix))
             base += size
             free -= size
-        self._write(f, parts)
-        queue_offsets.update(pending_offsets)
-        end = base
-        for cb in self.on_append:
-            cb(end)
-        return results
-
-    def _write(self, f: MappedFile, parts: list[bytes]) -> None:
         if parts:
             f.append(b"".join(parts))
+        for cb in self.on_append:
+            cb(base)
+        return results
 
     def msg_id(self, commitlog_offset: int) -> str:
         """The offset message id of the record at ``commitlog_offset`` on this broker."""
-        return create_offset_msg_id(self.store_host, self.store_port, commitlog_offset)
+        return f"{self.msg_id_prefix}{commitlog_offset:016X}"
 
     # ------------------------------------------------------------------ scanning
     def scan(self, offset: int, end: int | None = None, *, limit: int = 4096,

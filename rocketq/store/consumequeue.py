@@ -14,6 +14,17 @@ from .mapped_file import MappedFile, MappedFileQueue
 
 UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")
+_RUN_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _units(n: int) -> struct.Struct:
+    """A compiled struct for ``n`` consecutive units."""
+    s = _RUN_STRUCTS.get(n)
+    if s is None:
+        s = struct.Struct(">" + "qiq" * n)
+        if len(_RUN_STRUCTS) < 4096:
+            _RUN_STRUCTS[n] = s
+    return s
 
 
 class ConsumeQueue:
@@ -41,22 +52,41 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ writing
     def put(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
-        """Write the unit for ``queue_offset``. Idempotent: a unit already there is kept, so
-        recovery can re-dispatch a stretch of the CommitLog safely. Returns True if written."""
-        pos = queue_offset * UNIT_SIZE
+        """Write the unit for ``queue_offset``; see :meth:`put_run`."""
+        return self.put_run(queue_offset, [commitlog_offset, size, tags_code])
+
+    def put_run(self, first_offset: int, flat: list[int]) -> bool:
+        """Write consecutive units from ``first_offset``; ``flat`` holds (commitlog offset,
+        size, tag code) triples back to back. Idempotent: units already present are kept, so
+        recovery can re-dispatch a stretch of the CommitLog safely. Returns True if anything
+        was written."""
+        count = len(flat) // 3
+        pos = first_offset * UNIT_SIZE
         files = self.files
         last = files.last
         if last is None:
             files.last_for_write(pos)
-            self.min_logic_offset = queue_offset
-        elif pos < last.from_offset + last.wrote_position:
-            return False  # already dispatched
+            self.min_logic_offset = first_offset
+        else:
+            end = last.from_offset + last.wrote_position
+            if pos < end:
+                skip = (end - pos) // UNIT_SIZE
+                if skip >= count:
+                    return False  # already dispatched
+                flat = flat[skip * 3:]
+                count -= skip
+                pos = end
         # A position past the end leaves a hole of zero units (a queue started mid-way).
-        f = self._file_for(pos)
-        rel = pos - f.from_offset
-        UNIT.pack_into(f.view, rel, commitlog_offset, size, tags_code)
-        f.wrote_position = rel + UNIT_SIZE
-        end_phys = commitlog_offset + size
+        done = 0
+        while done < count:
+            f = self._file_for(pos)
+            rel = pos - f.from_offset
+            n = min(count - done, (self.file_size - rel) // UNIT_SIZE)
+            _units(n).pack_into(f.view, rel, *flat[done * 3:(done + n) * 3])
+            f.wrote_position = rel + n * UNIT_SIZE
+            pos += n * UNIT_SIZE
+            done += n
+        end_phys = flat[-3] + flat[-2]
         if end_phys > self.max_physic_offset:
             self.max_physic_offset = end_phys
         return True

@@ -189,6 +189,16 @@ class IndexService:
                 f = self._writable()
                 f.put(h, commitlog_offset, store_timestamp)
 
+    def put_many(self, entries: list[tuple[str, int, int]]) -> None:
+        """Index ``(full key, commitlog offset, store timestamp)`` entries in order; the full
+        key is ``topic#key``."""
+        f = self._writable()
+        for key, phys, store_ts in entries:
+            h = index_key_hash(key)
+            if not f.put(h, phys, store_ts):
+                f = self._writable()
+                f.put(h, phys, store_ts)
+
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets for ``key`` of ``topic`` stored in ``[begin, end]`` ms."""
         h = index_key_hash(f"{topic}#{key}")

@@ -27,20 +27,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..protocol.message import (
-    RECORD_HEADER,
-    RECORD_HEADER_SIZE,
     STORE_TIMESTAMP,
     STORE_TIMESTAMP_POS,
     MessageRecord,
     decode_offset_msg_id,
     decode_record,
     property_value,
-    tags_code,
 )
 from .checkpoint import Checkpoint
-from .commitlog import AppendResult, CommitLog, StoreMessage, is_transaction_hidden
+from .commitlog import CommitLog, PutResult, PutStatus, StoreMessage
 from .config import MessageStoreConfig
 from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
+from .dispatch import Dispatcher
 from .errors import StoreClosedError
 from .index import IndexService
 from .mapped_file import MappedFile
@@ -49,25 +47,6 @@ log = logging.getLogger("rocketq.store")
 
 #: A listener learns that ``(topic, queue_id)`` now holds units up to ``max_offset``.
 DispatchListener = Callable[[str, int, int], None]
-
-
-class PutStatus(enum.Enum):
-    """Outcome of an append (RocketMQ's PutMessageStatus, for the cases that are not errors)."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-
-
-@dataclass(slots=True)
-class PutResult:
-    """Where a message was stored and whether it is known to be durable."""
-
-    status: PutStatus
-    commitlog_offset: int
-    size: int
-    queue_offset: int
-    store_timestamp: int
-    msg_id: str
 
 
 class GetStatus(enum.Enum):
@@ -223,7 +202,8 @@ class MessageStore:
         self.index = IndexService(config.store_path_index, config.maxHashSlotNum,
                                   config.maxIndexNum)
         self.checkpoint: Checkpoint | None = None
-        self.reput_offset = 0
+        self._dispatcher = Dispatcher(
+            self.commitlog, self.index if config.messageIndexEnable else None, self._queue)
         self._listeners: list[DispatchListener] = []
         self._dispatch_event = threading.Event()
         self._dispatch_lock = threading.Lock()
@@ -322,7 +302,10 @@ class MessageStore:
             if not gc.wait(last.commitlog_offset + last.size,
                            self.config.syncFlushTimeout / 1000):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
-        return [self._result(a, status) for a in appended]
+        if status is not PutStatus.PUT_OK:
+            for r in appended:
+                r.status = status
+        return appended
 
     def put_message(self, message: StoreMessage) -> PutResult:
         """Append one message; see :meth:`put_messages`."""
@@ -342,14 +325,13 @@ class MessageStore:
                 await asyncio.wait_for(fut, self.config.syncFlushTimeout / 1000)
             except TimeoutError:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
-        return [self._result(a, status) for a in appended]
+        if status is not PutStatus.PUT_OK:
+            for r in appended:
+                r.status = status
+        return appended
 
     async def put_message_async(self, message: StoreMessage) -> PutResult:
         return (await self.put_messages_async((message,)))[0]
-
-    def _result(self, a: AppendResult, status: PutStatus) -> PutResult:
-        return PutResult(status, a.commitlog_offset, a.size, a.queue_offset, a.store_timestamp,
-                         self.commitlog.msg_id(a.commitlog_offset))
 
     def _on_append(self, end: int) -> None:
         if not self._dispatch_event.is_set():
@@ -374,6 +356,11 @@ class MessageStore:
                 log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
                 self._stop.wait(0.1)
 
+    @property
+    def reput_offset(self) -> int:
+        """How far the dispatcher has read the CommitLog."""
+        return self._dispatcher.reput_offset
+
     def dispatch(self) -> int:
         """Build ConsumeQueue units and index entries for every record not yet dispatched;
         return how many records were dispatched."""
@@ -381,17 +368,13 @@ class MessageStore:
         with self._dispatch_lock:
             while True:
                 end = self.commitlog.max_offset
-                if self.reput_offset >= end:
+                if self._dispatcher.reput_offset >= end:
                     break
-                records, next_offset, _ = self.commitlog.scan(self.reput_offset, end)
-                grown: dict[tuple[str, int], int] = {}
-                for offset, record in records:
-                    self._dispatch_record(offset, record, grown, index_from=-1)
-                self.reput_offset = next_offset
-                total += len(records)
+                count, grown = self._dispatcher.run(end)
+                total += count
                 if grown:
                     self._notify(grown)
-                if not records and next_offset >= end:
+                if not count:
                     break
         if total:
             with self._dispatched_cond:
@@ -405,36 +388,6 @@ class MessageStore:
                     listener(topic, queue_id, max_offset)
                 except Exception:
                     log.exception("dispatch listener %r failed", listener)
-
-    def _dispatch_record(self, offset: int, record: memoryview,
-                         grown: dict[tuple[str, int], int], index_from: int) -> None:
-        (size, _magic, _crc, queue_id, _flag, queue_offset, _phys, sysflag, _born_ts, _bh, _bp,
-         store_ts, _sh, _sp, _reconsume, _prepared, body_len) = RECORD_HEADER.unpack_from(record)
-        p = RECORD_HEADER_SIZE + body_len
-        topic_len = record[p]
-        raw_topic = record[p + 1:p + 1 + topic_len].tobytes()
-        topic = self._topic_names.get(raw_topic)
-        if topic is None:
-            topic = self._topic_names[raw_topic] = raw_topic.decode()
-        p += 1 + topic_len
-        props = record[p + 2:p + 2 + int.from_bytes(record[p:p + 2], "big")].tobytes()
-        if not is_transaction_hidden(sysflag):
-            tags = property_value(props, b"TAGS") if props else None
-            code = tags_code(tags.decode()) if tags else 0
-            key = (topic, queue_id)
-            cq = self.consume_queues.get(key) or self._create_cq(topic, queue_id)
-            if cq.put(queue_offset, offset, size, code):
-                grown[key] = queue_offset + 1
-        if self.config.messageIndexEnable and offset > index_from and props:
-            keys = []
-            raw_keys = property_value(props, b"KEYS")
-            if raw_keys:
-                keys.extend(k for k in raw_keys.decode().split(" ") if k)
-            uniq = property_value(props, b"UNIQ_KEY")
-            if uniq:
-                keys.append(uniq.decode())
-            if keys:
-                self.index.put_keys(topic, keys, offset, store_ts)
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 5.0) -> bool:
         """Block until everything up to ``offset`` (default: the CommitLog end) is dispatched."""
@@ -450,6 +403,9 @@ class MessageStore:
         return True
 
     # ================================================================== consume queues
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return self.consume_queues.get((topic, queue_id)) or self._create_cq(topic, queue_id)
+
     def _create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         with self._cq_lock:
             cq = self.consume_queues.get((topic, queue_id))
@@ -759,7 +715,7 @@ class MessageStore:
         files = commitlog.files.files
         index_from = self.index.end_phy_offset
         if not files:
-            self.reput_offset = 0
+            self._dispatcher.reput_offset = 0
             self._truncate_logics(0)
         elif (not abnormal and cp.existed and files[-1].from_offset <= cp.clean_end_offset
               <= files[-1].from_offset + files[-1].file_size):
@@ -767,8 +723,8 @@ class MessageStore:
             last = files[-1]
             last.wrote_position = last.flushed_position = cp.clean_end_offset - last.from_offset
             self._truncate_logics(cp.clean_end_offset)
-            self.reput_offset = max(commitlog.min_offset,
-                                    min(cp.dispatched_offset, cp.clean_end_offset))
+            self._dispatcher.reput_offset = max(commitlog.min_offset,
+                                                min(cp.dispatched_offset, cp.clean_end_offset))
         else:
             # After a crash: everything before the last checkpointed offsets is sound; scan
             # from there, validating each record, and cut the log at the first bad one.
@@ -789,19 +745,14 @@ class MessageStore:
             log.warning("recovered after a crash: scanned CommitLog from %d, end at %d", start,
                         end)
             self._truncate_logics(end)
-            self.reput_offset = start
+            self._dispatcher.reput_offset = start
             index_from = min(index_from, end)
         # Re-dispatch what the ConsumeQueues and index may lack (idempotent per unit).
-        grown: dict[tuple[str, int], int] = {}
         end = commitlog.max_offset
-        offset = self.reput_offset
-        while offset < end:
-            records, offset, _ = commitlog.scan(offset, end)
-            for phys, record in records:
-                self._dispatch_record(phys, record, grown, index_from=index_from)
-            if not records:
+        while self._dispatcher.reput_offset < end:
+            count, _ = self._dispatcher.run(end, index_from=index_from)
+            if not count:
                 break
-        self.reput_offset = offset
         with commitlog.lock:
             commitlog.queue_offsets = {key: cq.max_offset
                                        for key, cq in self.consume_queues.items()}
@@ -837,13 +788,9 @@ def _correct(offset: int, max_offset: int, min_offset: int) -> int:
 
 
 def _wants_wait(message: StoreMessage) -> bool:
-    props = message.properties
-    i = props.find("WAIT\x01")
-    while i >= 0:
-        if i == 0 or props[i - 1] == "\x02":
-            return not props.startswith("false", i + 5)
-        i = props.find("WAIT\x01", i + 1)
-    return True
+    """False when the message carries ``WAIT=false`` (do not wait for the flush)."""
+    value = property_value(message.properties, b"WAIT")
+    return value is None or value.lower() != b"false"
 
 
 __all__ = [
