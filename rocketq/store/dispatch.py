@@ -156,16 +156,22 @@ class Dispatcher:
         return cq.put_run(run[0], run[2])
 
     def _index(self, entries: list[tuple[str, bytes, int, int]]) -> None:
-        keyed: list[tuple[str, int, int]] = []
+        keys: list[str] = []
+        offsets: list[int] = []
+        times: list[int] = []
         for topic, props, phys, store_ts in entries:
             raw = _find_property(props, _KEYS)
             if raw:
                 for k in raw.decode("utf-8", "replace").split(" "):
                     if k:
-                        keyed.append((f"{topic}#{k}", phys, store_ts))
+                        keys.append(f"{topic}#{k}")
+                        offsets.append(phys)
+                        times.append(store_ts)
             uniq = _find_property(props, _UNIQ)
             if uniq:
-                keyed.append((f"{topic}#{uniq.decode('utf-8', 'replace')}", phys, store_ts))
-        if keyed:
+                keys.append(f"{topic}#{uniq.decode('utf-8', 'replace')}")
+                offsets.append(phys)
+                times.append(store_ts)
+        if keys:
             assert self.index is not None
-            self.index.put_many(keyed)
+            self.index.put_many(keys, offsets, times)

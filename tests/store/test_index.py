@@ -68,3 +68,30 @@ def test_index_file_layout_and_roll_over(tmp_path):
 def test_index_key_hash_is_abs_java_hash():
     assert index_key_hash("TopicTest#KEY1") >= 0
     assert index_key_hash("polygenelubricants") == 0  # hashCode is Integer.MIN_VALUE
+
+
+def test_bulk_index_writes_the_same_bytes_as_one_at_a_time(tmp_path):
+    import random
+
+    import numpy as np
+
+    from rocketq.store.index import IndexFile, index_key_hashes
+
+    rng = random.Random(7)
+    keys = [f"T#{rng.choice(['k', 'key', 'ключ', 'polygenelubricants'])}{rng.randrange(50)}"
+            for _ in range(300)] + ["polygenelubricants"]
+    hashes = index_key_hashes(keys)
+    assert [int(h) for h in hashes] == [index_key_hash(k) for k in keys]
+    assert hashes[-1] == 0
+    phys = [i * 100 for i in range(len(keys))]
+    times = [1_700_000_000_000 + i * 37 for i in range(len(keys))]
+    one = IndexFile(str(tmp_path / "one"), 13, 400, create=True)
+    bulk = IndexFile(str(tmp_path / "bulk"), 13, 400, create=True)
+    for h, p, t in zip(hashes, phys, times, strict=True):
+        assert one.put(int(h), p, t)
+    # Two bulk calls, so the second chains onto slots the first filled.
+    assert bulk.put_many(hashes[:120], np.array(phys[:120]), np.array(times[:120])) == 120
+    assert bulk.put_many(hashes[120:], np.array(phys[120:]), np.array(times[120:])) == 181
+    one.close()
+    bulk.close()
+    assert (tmp_path / "one").read_bytes() == (tmp_path / "bulk").read_bytes()
