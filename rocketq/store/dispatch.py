@@ -54,6 +54,7 @@ class Dispatcher:
         self.reput_offset = 0
         self._topics: dict[bytes, str] = {}
         self._tag_codes: dict[bytes, int] = {}
+        self._topic_prefixes: dict[bytes, bytes] = {}
 
     def _tag_code(self, tags: bytes) -> int:
         code = self._tag_codes.get(tags)
@@ -77,8 +78,11 @@ class Dispatcher:
         topics = self._topics
         tag_codes = self._tag_codes
         runs: dict[tuple[str, int], list] = {}
-        index_entries: list[tuple[str, bytes, int, int]] = []
         index = self.index
+        index_keys: list[bytes] = []
+        index_offsets: list[int] = []
+        index_times: list[int] = []
+        topic_prefixes = self._topic_prefixes
         count = 0
         offset = self.reput_offset
         while offset < end and count < limit:
@@ -136,7 +140,21 @@ class Dispatcher:
                         self._write_run(key, run)
                         runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
                 if index is not None and props and phys > index_from:
-                    index_entries.append((topic, props, phys, store_ts))
+                    prefix = topic_prefixes.get(raw_topic)
+                    if prefix is None:
+                        prefix = topic_prefixes[raw_topic] = raw_topic + b"#"
+                    uniq = _find_property(props, _UNIQ)
+                    if uniq:
+                        index_keys.append(prefix + uniq)
+                        index_offsets.append(phys)
+                        index_times.append(store_ts)
+                    keys = _find_property(props, _KEYS)
+                    if keys:
+                        for k in keys.split(b" "):
+                            if k:
+                                index_keys.append(prefix + k)
+                                index_offsets.append(phys)
+                                index_times.append(store_ts)
                 pos += size
                 count += 1
             offset = base + pos
@@ -146,32 +164,11 @@ class Dispatcher:
         for key, run in runs.items():
             if self._write_run(key, run):
                 grown[key] = run[1]
-        if index_entries:
-            self._index(index_entries)
+        if index_keys:
+            index.put_many(index_keys, index_offsets, index_times)
         self.reput_offset = offset
         return count, grown
 
     def _write_run(self, key: tuple[str, int], run: list) -> bool:
         cq = self.get_queue(*key)
         return cq.put_run(run[0], run[2])
-
-    def _index(self, entries: list[tuple[str, bytes, int, int]]) -> None:
-        keys: list[str] = []
-        offsets: list[int] = []
-        times: list[int] = []
-        for topic, props, phys, store_ts in entries:
-            raw = _find_property(props, _KEYS)
-            if raw:
-                for k in raw.decode("utf-8", "replace").split(" "):
-                    if k:
-                        keys.append(f"{topic}#{k}")
-                        offsets.append(phys)
-                        times.append(store_ts)
-            uniq = _find_property(props, _UNIQ)
-            if uniq:
-                keys.append(f"{topic}#{uniq.decode('utf-8', 'replace')}")
-                offsets.append(phys)
-                times.append(store_ts)
-        if keys:
-            assert self.index is not None
-            self.index.put_many(keys, offsets, times)

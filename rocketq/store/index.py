@@ -26,6 +26,8 @@ SLOT_SIZE = 4
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = 20
 _MAX_INT = 0x7FFFFFFF
+#: Below this many keys, index entries are written one by one.
+_BULK_MIN = 24
 
 
 _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("time_diff", ">i4"),
@@ -48,8 +50,8 @@ def _powers(length: int) -> np.ndarray:
     return p
 
 
-def index_key_hashes(keys: list[str]) -> np.ndarray:
-    """:func:`index_key_hash` of many keys at once.
+def index_key_hashes(keys: list[bytes] | list[str]) -> np.ndarray:
+    """:func:`index_key_hash` of many keys (UTF-8 bytes or str) at once.
 
     Java's hash is a polynomial in 31 over the characters, so ASCII keys of one length are
     hashed together as a matrix product modulo 2**32; other keys go one by one.
@@ -58,12 +60,12 @@ def index_key_hashes(keys: list[str]) -> np.ndarray:
     by_length: dict[int, list[int]] = {}
     encoded: list[bytes] = []
     for i, key in enumerate(keys):
-        raw = key.encode()
+        raw = key if isinstance(key, bytes) else key.encode()
         encoded.append(raw)
-        if len(raw) == len(key) and 0 < len(raw) <= 4096:
+        if raw.isascii() and 0 < len(raw) <= 4096:
             by_length.setdefault(len(raw), []).append(i)
         else:
-            out[i] = index_key_hash(key)
+            out[i] = index_key_hash(raw.decode("utf-8", "replace"))
     for length, positions in by_length.items():
         chars = np.frombuffer(b"".join(encoded[i] for i in positions), dtype=np.uint8)
         h = (chars.reshape(-1, length).astype(np.uint64) @ _powers(length)) & 0xFFFFFFFF
@@ -281,9 +283,20 @@ class IndexService:
                 f = self._writable()
                 f.put(h, commitlog_offset, store_timestamp)
 
-    def put_many(self, keys: list[str], phys: list[int], timestamps: list[int]) -> None:
-        """Index entries in order: full keys (``topic#key``), CommitLog offsets and store
-        timestamps, rolling to a new file when one fills up."""
+    def put_many(self, keys: list[bytes] | list[str], phys: list[int],
+                 timestamps: list[int]) -> None:
+        """Index entries in order: full keys (``topic#key``, bytes or str), CommitLog offsets
+        and store timestamps, rolling to a new file when one fills up."""
+        if len(keys) < _BULK_MIN:
+            # Array set-up costs more than it saves on a handful of keys.
+            f = self._writable()
+            for key, offset, ts in zip(keys, phys, timestamps, strict=True):
+                h = index_key_hash(key.decode("utf-8", "replace") if isinstance(key, bytes)
+                                   else key)
+                if not f.put(h, offset, ts):
+                    f = self._writable()
+                    f.put(h, offset, ts)
+            return
         hashes = index_key_hashes(keys)
         offsets = np.array(phys, dtype=np.int64)
         times = np.array(timestamps, dtype=np.int64)

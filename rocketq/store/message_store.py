@@ -17,6 +17,7 @@ fsync runs on those threads with the GIL released, so it never blocks an asyncio
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import logging
 import os
@@ -119,34 +120,101 @@ class GetResult:
         self.release()
 
 
-class _GroupCommit:
-    """SYNC_FLUSH: writers wait until an fsync covers their offset; one fsync serves many."""
+class _LoopWaiters:
+    """Durability waiters of one event loop, and whether a flush round is running there."""
 
-    def __init__(self, commitlog: CommitLog) -> None:
+    __slots__ = ("waiters", "running")
+
+    def __init__(self) -> None:
+        self.waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self.running = False
+
+
+class _GroupCommit:
+    """SYNC_FLUSH: writers wait until an fsync covers their offset; one fsync serves many.
+
+    asyncio writers are served by a flush round running on their own event loop: it takes
+    every waiter present, fsyncs on a dedicated thread (the GIL is released, the loop keeps
+    running, more writers queue up for the next round) and resolves them in the loop.
+    Threaded writers are served the same way by the flusher thread.
+    """
+
+    def __init__(self, commitlog: CommitLog, timeout: float) -> None:
         self.commitlog = commitlog
-        self.cond = threading.Condition()
-        self.requests: list[tuple[int, asyncio.AbstractEventLoop | None,
-                                  asyncio.Future[bool] | None]] = []
+        self.timeout = timeout
+        self.cond = threading.Condition(threading.Lock())
+        self.requests: list[int] = []
         self.flushed = commitlog.files.flushed_offset
         self.flush_count = 0
+        self._flush_lock = threading.Lock()
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopWaiters] = {}
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="rocketq-store-fsync")
 
+    def flush(self) -> int:
+        """fsync the CommitLog up to its current end; return the durable offset."""
+        with self._flush_lock:
+            flushed = self.commitlog.files.flush()
+            self.flush_count += 1
+            if flushed > self.flushed:
+                self.flushed = flushed
+            return self.flushed
+
+    # ---------------------------------------------------------------- asyncio writers
     def request_async(self, offset: int) -> asyncio.Future[bool]:
+        """A future that becomes True once ``offset`` is durable (False on timeout)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        with self.cond:
-            if self.flushed >= offset:
-                fut.set_result(True)
-                return fut
-            self.requests.append((offset, loop, fut))
-            self.cond.notify_all()
+        if self.flushed >= offset:
+            fut.set_result(True)
+            return fut
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopWaiters()
+        state.waiters.append((offset, fut))
+        if not state.running:
+            state.running = True
+            loop.create_task(self._rounds(loop, state))
         return fut
 
+    async def _rounds(self, loop: asyncio.AbstractEventLoop, state: _LoopWaiters) -> None:
+        try:
+            while state.waiters:
+                waiters, state.waiters = state.waiters, []
+                flush = loop.run_in_executor(self._executor, self.flush)
+                try:
+                    flushed = await asyncio.wait_for(asyncio.shield(flush), self.timeout)
+                except TimeoutError:
+                    for _, fut in waiters:
+                        if not fut.done():
+                            fut.set_result(False)
+                    await flush  # let the slow fsync finish before starting another
+                    continue
+                for offset, fut in waiters:
+                    if not fut.done():
+                        if offset <= flushed:
+                            fut.set_result(True)
+                        else:
+                            state.waiters.append((offset, fut))
+        except Exception as exc:  # an fsync error: the writers must hear of it
+            for _, fut in state.waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+            state.waiters.clear()
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        finally:
+            state.running = False
+
+    # ---------------------------------------------------------------- threaded writers
     def wait(self, offset: int, timeout: float) -> bool:
         with self.cond:
             if self.flushed >= offset:
                 return True
-            self.requests.append((offset, None, None))
-            self.cond.notify_all()
+            self.requests.append(offset)
+            self.cond.notify()
             return self.cond.wait_for(lambda: self.flushed >= offset, timeout)
 
     def run_once(self, idle_wait: float) -> None:
@@ -154,36 +222,18 @@ class _GroupCommit:
             if not self.requests:
                 self.cond.wait(idle_wait)
             requests, self.requests = self.requests, []
-        if not requests and self.commitlog.files.flushed_offset >= self.commitlog.max_offset:
+        if not requests:
             return
-        flushed = self.commitlog.files.flush()
-        self.flush_count += 1
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[bool]]] = {}
+        self.flush()
         with self.cond:
-            self.flushed = flushed
             self.cond.notify_all()
-            late = []
-            for offset, loop, fut in requests:
-                if offset > flushed:
-                    late.append((offset, loop, fut))  # appended after this fsync began
-                elif loop is not None and fut is not None:
-                    by_loop.setdefault(loop, []).append(fut)
-            self.requests[:0] = late
-        for loop, futs in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_resolve, futs)
-            except RuntimeError:
-                pass  # that loop is closed; nobody is waiting any more
 
     def wake(self) -> None:
         with self.cond:
             self.cond.notify_all()
 
-
-def _resolve(futs: list[asyncio.Future[bool]]) -> None:
-    for fut in futs:
-        if not fut.done():
-            fut.set_result(True)
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
 
 
 class MessageStore:
@@ -233,7 +283,7 @@ class MessageStore:
         self.checkpoint.flush()
         self.commitlog.on_append.append(self._on_append)
         if cfg.sync_flush:
-            self._group_commit = _GroupCommit(self.commitlog)
+            self._group_commit = _GroupCommit(self.commitlog, cfg.syncFlushTimeout / 1000)
         self._stop.clear()
         self.running = True
         for name, target in (("dispatcher", self._dispatch_loop),
@@ -259,6 +309,8 @@ class MessageStore:
         for t in self._threads:
             t.join()
         self._threads.clear()
+        if self._group_commit:
+            self._group_commit.close()
         self.dispatch()
         self.commitlog.files.flush()
         self._flush_logics()
@@ -320,10 +372,7 @@ class MessageStore:
         gc = self._group_commit
         if gc is not None and appended and any(_wants_wait(m) for m in messages):
             last = appended[-1]
-            fut = gc.request_async(last.commitlog_offset + last.size)
-            try:
-                await asyncio.wait_for(fut, self.config.syncFlushTimeout / 1000)
-            except TimeoutError:
+            if not await gc.request_async(last.commitlog_offset + last.size):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
         if status is not PutStatus.PUT_OK:
             for r in appended:
@@ -351,7 +400,10 @@ class MessageStore:
             self._dispatch_event.wait(0.5)
             self._dispatch_event.clear()
             try:
-                self.dispatch()
+                if self.dispatch():
+                    # Like RocketMQ's reput service, pause a moment after a round so records
+                    # that arrive meanwhile are dispatched together, not one wake-up each.
+                    time.sleep(0.001)
             except Exception:  # keep dispatching later records; say what went wrong
                 log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
                 self._stop.wait(0.1)
