@@ -95,3 +95,17 @@ def test_bulk_index_writes_the_same_bytes_as_one_at_a_time(tmp_path):
     one.close()
     bulk.close()
     assert (tmp_path / "one").read_bytes() == (tmp_path / "bulk").read_bytes()
+
+
+def test_index_service_bulk_and_small_batches_agree(tmp_path):
+    from rocketq.store.index import IndexService
+
+    service = IndexService(str(tmp_path / "index"), 31, 1000)
+    service.load()
+    keys = [f"T#k{i % 40}".encode() for i in range(130)]
+    service.put_many(keys[:100], list(range(100)), [1_700_000_000_000] * 100)  # bulk path
+    service.put_many(keys[100:], list(range(100, 130)), [1_700_000_000_000] * 30)
+    service.put_many(keys[:3], [200, 201, 202], [1_700_000_000_000] * 3)  # one by one
+    found = service.query("T", "k1", 100, 0, 2_000_000_000_000)
+    assert found == [201, 121, 81, 41, 1]
+    service.close()
