@@ -344,19 +344,10 @@ class MessageStore:
         Raises MessageIllegalError (bad topic, body or properties) or DiskFullError; the store
         stays usable either way.
         """
-        if not self.running:
-            raise StoreClosedError("the message store is closed")
-        appended = self.commitlog.append(messages)
-        status = PutStatus.PUT_OK
-        gc = self._group_commit
-        if gc is not None and appended and any(_wants_wait(m) for m in messages):
-            last = appended[-1]
-            if not gc.wait(last.commitlog_offset + last.size,
-                           self.config.syncFlushTimeout / 1000):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-        if status is not PutStatus.PUT_OK:
-            for r in appended:
-                r.status = status
+        appended, durable_at = self._append(messages)
+        if durable_at and not self._group_commit.wait(durable_at,
+                                                      self.config.syncFlushTimeout / 1000):
+            _mark_timed_out(appended)
         return appended
 
     def put_message(self, message: StoreMessage) -> PutResult:
@@ -365,19 +356,21 @@ class MessageStore:
 
     async def put_messages_async(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Like :meth:`put_messages`, but waits for a SYNC_FLUSH without blocking the loop."""
+        appended, durable_at = self._append(messages)
+        if durable_at and not await self._group_commit.request_async(durable_at):
+            _mark_timed_out(appended)
+        return appended
+
+    def _append(self, messages: Sequence[StoreMessage]) -> tuple[list[PutResult], int]:
+        """Append; also return the offset a SYNC_FLUSH writer must wait for (0: no wait)."""
         if not self.running:
             raise StoreClosedError("the message store is closed")
         appended = self.commitlog.append(messages)
-        status = PutStatus.PUT_OK
-        gc = self._group_commit
-        if gc is not None and appended and any(_wants_wait(m) for m in messages):
-            last = appended[-1]
-            if not await gc.request_async(last.commitlog_offset + last.size):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-        if status is not PutStatus.PUT_OK:
-            for r in appended:
-                r.status = status
-        return appended
+        if self._group_commit is None or not appended or \
+                not any(_wants_wait(m) for m in messages):
+            return appended, 0
+        last = appended[-1]
+        return appended, last.commitlog_offset + last.size
 
     async def put_message_async(self, message: StoreMessage) -> PutResult:
         return (await self.put_messages_async((message,)))[0]
@@ -837,6 +830,11 @@ class MessageStore:
 def _correct(offset: int, max_offset: int, min_offset: int) -> int:
     """Where a consumer asking for a bad offset should go next (nextOffsetCorrection)."""
     return max_offset if offset > max_offset else max(min_offset, 0)
+
+
+def _mark_timed_out(results: list[PutResult]) -> None:
+    for r in results:
+        r.status = PutStatus.FLUSH_DISK_TIMEOUT
 
 
 def _wants_wait(message: StoreMessage) -> bool:
