@@ -1,0 +1,207 @@
+"""asyncio transport for RocketMQ's remoting protocol: server, client, connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from ..protocol.command import MAX_FRAME_SIZE, RemotingCommand
+from .connection import (
+    Connection,
+    ConnectionClosedError,
+    Handler,
+    RemotingError,
+    RemotingTimeoutError,
+)
+
+log = logging.getLogger("rocketq.remoting")
+
+T = TypeVar("T")
+
+__all__ = [
+    "Connection", "ConnectionClosedError", "Handler", "RemotingClient", "RemotingError",
+    "RemotingServer", "RemotingTimeoutError", "parse_address", "run",
+]
+
+IDLE_TIMEOUT = 120.0
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """Split ``"host:port"``; raise ValueError with the address in the message."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not a host:port address: {addr!r}")
+    return host, int(port)
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on uvloop when it is installed, else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class RemotingServer:
+    """Accepts connections and hands every request to ``handler``.
+
+    Connections idle for ``idle_timeout`` seconds are closed, as RocketMQ does after 120 s.
+    """
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
+                 idle_timeout: float = IDLE_TIMEOUT, max_frame: int = MAX_FRAME_SIZE,
+                 on_close: Callable[[Connection], None] | None = None) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.idle_timeout = idle_timeout
+        self.max_frame = max_frame
+        self.on_close = on_close
+        self.connections: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._make_connection, self.host, self.port,
+                                                reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._idle_task = loop.create_task(self._expire_idle())
+
+    def _make_connection(self) -> Connection:
+        conn = Connection(self.handler, max_frame=self.max_frame, on_close=self._closed)
+        self.connections.add(conn)
+        return conn
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if self.on_close is not None:
+            try:
+                self.on_close(conn)
+            except Exception:
+                log.exception("connection close callback failed")
+
+    async def _expire_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = max(0.05, min(10.0, self.idle_timeout / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in list(self.connections):
+                if now - conn.last_active > self.idle_timeout:
+                    log.info("closing connection from %s:%d idle for %.0f s", *conn.peer,
+                             now - conn.last_active)
+                    conn.close()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._idle_task
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+
+class RemotingClient:
+    """One connection per remote address, opened on first use and reused.
+
+    ``handler`` serves requests the remote side sends (CHECK_TRANSACTION_STATE,
+    NOTIFY_CONSUMER_IDS_CHANGED, ...).
+    """
+
+    def __init__(self, handler: Handler | None = None, *, connect_timeout: float = 3.0,
+                 on_close: Callable[[str, Connection], None] | None = None) -> None:
+        self.handler = handler
+        self.connect_timeout = connect_timeout
+        self.on_close = on_close
+        self.connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self.connections.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Connection] = loop.create_future()
+        self._connecting[addr] = fut
+        try:
+            host, port = parse_address(addr)
+
+            def closed(c: Connection) -> None:
+                if self.connections.get(addr) is c:
+                    del self.connections[addr]
+                if self.on_close is not None:
+                    self.on_close(addr, c)
+
+            try:
+                _, conn = await asyncio.wait_for(loop.create_connection(
+                    lambda: Connection(self.handler, on_close=closed), host, port),
+                    self.connect_timeout)
+            except TimeoutError:
+                raise RemotingTimeoutError(f"connecting to {addr} timed out") from None
+            except OSError as exc:
+                raise ConnectionClosedError(f"cannot connect to {addr}: {exc.strerror or exc}"
+                                            ) from None
+            sock = conn.transport.get_extra_info("socket") if conn.transport else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.connections[addr] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved
+            raise
+        finally:
+            del self._connecting[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
+                     ) -> RemotingCommand:
+        """Send a request to ``addr`` and return the response."""
+        conn = await self.connection(addr)
+        return await conn.request(cmd, timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        conn.oneway(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self.connections.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        conns = list(self.connections.values())
+        self.connections.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(conn.closed), 1)

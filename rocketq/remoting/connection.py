@@ -1,0 +1,212 @@
+"""One remoting connection, client or server side, over asyncio.
+
+Requests and responses are matched by opaque, so many requests can be in flight on one
+connection and answered in any order (a long-polled pull must never hold up the others).
+Either side may send requests; requests from the peer go to a handler, which returns a
+response, None (no answer), or an awaitable of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Union
+
+from ..protocol.codes import ResponseCode
+from ..protocol.command import (
+    FLAG_ONEWAY,
+    MAX_FRAME_SIZE,
+    FrameDecoder,
+    ProtocolError,
+    RemotingCommand,
+    encode,
+    encode_prefix,
+)
+
+log = logging.getLogger("rocketq.remoting")
+
+HandlerResult = Union[RemotingCommand, None, Awaitable[RemotingCommand | None]]
+Handler = Callable[["Connection", RemotingCommand], HandlerResult]
+
+
+class RemotingError(Exception):
+    """A request could not be completed over the connection."""
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """No response within the timeout."""
+
+
+class ConnectionClosedError(RemotingError, ConnectionError):
+    """The connection closed before the response came."""
+
+
+class Connection(asyncio.Protocol):
+    """A remoting connection. Create it through RemotingServer or RemotingClient."""
+
+    def __init__(self, handler: Handler | None = None, *, max_frame: int = MAX_FRAME_SIZE,
+                 on_close: Callable[[Connection], None] | None = None) -> None:
+        self.handler = handler
+        self.on_close = on_close
+        self.decoder = FrameDecoder(max_frame)
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.last_active = self.loop.time()
+        self.closed: asyncio.Future[None] = self.loop.create_future()
+        self.peer: tuple[str, int] = ("", 0)
+        #: Free-form state for the owner (client id, language, version of the peer).
+        self.attributes: dict[str, Any] = {}
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = (peer[0], peer[1])
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = self.loop.time()
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s:%d: %s", *self.peer, exc)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self.pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                # A response nobody waits for (a timed-out or oneway request) is dropped.
+            else:
+                self._dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        error = ConnectionClosedError(f"connection to {self.peer[0]}:{self.peer[1]} closed")
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self.pending.clear()
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._drain_waiters.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+
+    # ------------------------------------------------------------------ serving
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        handler = self.handler
+        if handler is None:
+            if not cmd.is_oneway:
+                self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                       remark=f" request type {cmd.code} not supported"))
+            return
+        try:
+            result = handler(self, cmd)
+        except Exception as exc:
+            self._reply_error(cmd, exc)
+            return
+        if inspect.isawaitable(result):
+            task = self.loop.create_task(self._finish(cmd, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif result is not None and not cmd.is_oneway:
+            self.send(result)
+
+    async def _finish(self, cmd: RemotingCommand,
+                      pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._reply_error(cmd, exc)
+            return
+        if result is not None and not cmd.is_oneway:
+            self.send(result)
+
+    def _reply_error(self, cmd: RemotingCommand, exc: Exception) -> None:
+        if isinstance(exc, ProtocolError):
+            log.info("bad request %d from %s:%d: %s", cmd.code, *self.peer, exc)
+        else:
+            log.exception("request %d from %s:%d failed", cmd.code, *self.peer)
+        if not cmd.is_oneway and self.is_open:
+            self.send(cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: "
+                                                                     f"{exc}"))
+
+    # ------------------------------------------------------------------ sending
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write a command (a response, or a request whose answer nobody awaits)."""
+        if self.is_open:
+            assert self.transport is not None
+            self.transport.write(encode(cmd))
+
+    def send_with_body(self, cmd: RemotingCommand, parts: Sequence[bytes | memoryview]) -> None:
+        """Write a command whose body is ``parts`` back to back, without joining them."""
+        if self.is_open:
+            assert self.transport is not None
+            size = sum(len(p) for p in parts)
+            self.transport.writelines([encode_prefix(cmd, size), *parts])
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if self._paused and self.is_open:
+            waiter = self.loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        if not self.is_open:
+            raise ConnectionClosedError(f"connection to {self.peer[0]}:{self.peer[1]} is closed")
+        fut: asyncio.Future[RemotingCommand] = self.loop.create_future()
+        self.pending[cmd.opaque] = fut
+        self.send(cmd)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"no response to request {cmd.code} from {self.peer[0]}:{self.peer[1]} "
+                f"within {timeout:.1f} s") from None
+        finally:
+            self.pending.pop(cmd.opaque, None)
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request that gets no response."""
+        cmd.flag |= FLAG_ONEWAY
+        self.send(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def __repr__(self) -> str:
+        return f"Connection({self.peer[0]}:{self.peer[1]})"
