@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 from ..protocol.codes import ResponseCode
 from ..protocol.command import (
@@ -27,7 +27,7 @@ from ..protocol.command import (
 
 log = logging.getLogger("rocketq.remoting")
 
-HandlerResult = Union[RemotingCommand, None, Awaitable[RemotingCommand | None]]
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 
 
