@@ -55,7 +55,7 @@ class RemotingCommand:
     """One request or response: a code, string-valued ``ext_fields``, a body."""
 
     __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields",
-                 "body", "serialize_type")
+                 "body", "serialize_type", "body_parts")
 
     def __init__(self, code: int, ext_fields: Mapping[str, Any] | None = None,
                  body: bytes = b"", *, opaque: int | None = None, flag: int = 0,
@@ -72,6 +72,8 @@ class RemotingCommand:
         self.language = language
         self.version = version
         self.serialize_type = serialize_type
+        #: When set, the body is these buffers back to back (sent without joining them).
+        self.body_parts: list[bytes | memoryview] | None = None
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -322,3 +322,48 @@ def decode_records(buf: bytes | memoryview, *, decompress: bool = False) -> list
         out.append(rec)
         pos += rec.store_size
     return out
+
+
+_BATCH_ELEMENT = struct.Struct(">iiiii")
+
+
+def decode_batch(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+    """Split a batch body (SEND_BATCH_MESSAGE, or a C++ batch) into ``(flag, body,
+    properties)`` per element: ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN
+    i16][properties]``."""
+    view = memoryview(body)
+    out = []
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < _BATCH_ELEMENT.size + 2:
+            raise MessageFormatError(f"truncated batch element at {pos}")
+        total, _magic, _crc, flag, body_len = _BATCH_ELEMENT.unpack_from(view, pos)
+        p = pos + _BATCH_ELEMENT.size
+        if body_len < 0 or p + body_len + 2 > len(view):
+            raise MessageFormatError(f"bad body length in batch element at {pos}")
+        element_body = view[p:p + body_len].tobytes()
+        p += body_len
+        props_len = int.from_bytes(view[p:p + 2], "big")
+        p += 2
+        if p + props_len > len(view):
+            raise MessageFormatError(f"bad properties length in batch element at {pos}")
+        props = view[p:p + props_len].tobytes().decode("utf-8", "replace")
+        p += props_len
+        if total != p - pos:
+            raise MessageFormatError(f"batch element size {total} does not add up at {pos}")
+        out.append((flag, element_body, props))
+        pos = p
+    return out
+
+
+def encode_batch(elements: list[tuple[int, bytes, str]]) -> bytes:
+    """Encode ``(flag, body, properties)`` elements as a batch body."""
+    parts = []
+    for flag, element_body, props in elements:
+        raw = props.encode()
+        parts.append(_BATCH_ELEMENT.pack(22 + len(element_body) + len(raw), 0, 0, flag,
+                                         len(element_body)))
+        parts.append(element_body)
+        parts.append(len(raw).to_bytes(2, "big"))
+        parts.append(raw)
+    return b"".join(parts)

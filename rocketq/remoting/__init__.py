@@ -73,11 +73,20 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
+        self._sock: socket.socket | None = None
+
+    def bind(self) -> int:
+        """Bind the listening socket now (serving starts with :meth:`start`) and return the
+        port, so a caller that asked for port 0 learns its port before serving."""
+        if self._sock is None:
+            self._sock = socket.create_server((self.host, self.port), backlog=1024)
+            self.port = self._sock.getsockname()[1]
+        return self.port
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._make_connection, self.host, self.port,
-                                                reuse_address=True)
+        self.bind()
+        self._server = await loop.create_server(self._make_connection, sock=self._sock)
         self.port = self._server.sockets[0].getsockname()[1]
         self._idle_task = loop.create_task(self._expire_idle())
 

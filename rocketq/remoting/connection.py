@@ -163,7 +163,10 @@ class Connection(asyncio.Protocol):
         """Write a command (a response, or a request whose answer nobody awaits)."""
         if self.is_open:
             assert self.transport is not None
-            self.transport.write(encode(cmd))
+            if cmd.body_parts is not None:
+                self.send_with_body(cmd, cmd.body_parts)
+            else:
+                self.transport.write(encode(cmd))
 
     def send_with_body(self, cmd: RemotingCommand, parts: Sequence[bytes | memoryview]) -> None:
         """Write a command whose body is ``parts`` back to back, without joining them."""

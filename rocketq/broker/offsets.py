@@ -1,0 +1,64 @@
+"""Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsetManager),
+persisted as ``config/consumerOffset.json`` every few seconds and at shutdown."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import orjson
+
+from .topics import _atomic_write
+
+
+class ConsumerOffsetManager:
+    """``topic@group`` -> queue id -> next offset to consume."""
+
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, "consumerOffset.json")
+        self.lock = threading.Lock()
+        self.offsets: dict[str, dict[int, int]] = {}
+        self._dirty = False
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as fh:
+                data = orjson.loads(fh.read())
+            for key, table in (data.get("offsetTable") or {}).items():
+                self.offsets[key] = {int(q): int(o) for q, o in table.items()}
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}@{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self.lock:
+            self.offsets.setdefault(self.key(topic, group), {})[queue_id] = offset
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        table = self.offsets.get(self.key(topic, group))
+        return None if table is None else table.get(queue_id)
+
+    def groups_of_topic(self, topic: str) -> list[str]:
+        return sorted(k.split("@", 1)[1] for k in self.offsets if k.split("@", 1)[0] == topic)
+
+    def topics_of_group(self, group: str) -> list[str]:
+        return sorted(k.split("@", 1)[0] for k in self.offsets if k.split("@", 1)[1] == group)
+
+    def table(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.offsets.get(self.key(topic, group), {}))
+
+    def remove_topic(self, topic: str) -> None:
+        with self.lock:
+            for key in [k for k in self.offsets if k.split("@", 1)[0] == topic]:
+                del self.offsets[key]
+                self._dirty = True
+
+    def persist(self, force: bool = False) -> None:
+        with self.lock:
+            if not self._dirty and not force:
+                return
+            data: dict[str, Any] = {"offsetTable": {
+                k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()}}
+            self._dirty = False
+        _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))

@@ -1,0 +1,184 @@
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), with long polling.
+
+A pull that finds nothing and may be suspended is held until a matching unit is dispatched to
+its queue or ``suspendTimeoutMillis`` passes, then answered with the original opaque. The body
+of a found answer is the CommitLog's record bytes, handed to the transport as memoryviews.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ..protocol.codes import ResponseCode
+from ..protocol.command import RemotingCommand
+from ..protocol.filter import EXPRESSION_SQL92, Subscription
+from ..remoting import Connection
+from ..store import GetStatus
+from .config import PERM_READ
+
+if TYPE_CHECKING:
+    from . import Broker
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+MAX_SUSPEND_SECONDS = 60.0
+
+_STATUS_CODES = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+class PullProcessor:
+    """Serves pulls and holds the ones that wait for messages."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.waiting: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._subscriptions: dict[tuple[str, str, str], Subscription] = {}
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.broker.store.add_dispatch_listener(self._on_dispatch)
+
+    def stop(self) -> None:
+        self.broker.store.remove_dispatch_listener(self._on_dispatch)
+        for waiters in self.waiting.values():
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    # ------------------------------------------------------------------ handling
+    def handle(self, conn: Connection, cmd: RemotingCommand):
+        response = self.pull(cmd, allow_suspend=True)
+        if response is not None:
+            return response
+        return self._hold(cmd)
+
+    def pull(self, cmd: RemotingCommand, allow_suspend: bool) -> RemotingCommand | None:
+        """Answer a pull, or return None when it should be held for new messages."""
+        broker = self.broker
+        ext = cmd.ext_fields
+        group = ext.get("consumerGroup") or ""
+        topic = ext.get("topic") or ""
+        queue_id = cmd.int_field("queueId")
+        offset = cmd.int_field("queueOffset")
+        max_nums = cmd.int_field("maxMsgNums", 32)
+        sysflag = cmd.int_field("sysFlag", 0)
+        if not broker.config.brokerPermission & PERM_READ:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the broker[{broker.config.brokerName}] pulling "
+                                       "message is forbidden")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                remark=f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & PERM_READ:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                       f"topicConfig.readQueueNums:"
+                                       f"[{topic_config.read_queue_nums}]")
+        if sysflag & FLAG_SUBSCRIPTION:
+            expression = ext.get("subscription") or "*"
+            kind = ext.get("expressionType") or "TAG"
+            key = (topic, expression, kind)
+            sub = self._subscriptions.get(key)
+            if sub is None:
+                sub = Subscription.parse(topic, expression, kind)
+                if len(self._subscriptions) < 10_000:
+                    self._subscriptions[key] = sub
+        else:
+            sub = broker.clients.subscription(group, topic)
+            if sub is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    remark=f"the consumer's subscription not exist, group: "
+                                           f"{group}, topic: {topic}")
+            if sub.sub_version < cmd.int_field("subVersion", 0):
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                    remark="the consumer's subscription not latest")
+        if sub.expression_type == EXPRESSION_SQL92 and not broker.config.enablePropertyFilter:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark="The broker does not support consumer to filter message "
+                                       "by SQL92")
+        if sysflag & FLAG_COMMIT_OFFSET:
+            commit = cmd.int_field("commitOffset", -1)
+            if commit >= 0:
+                broker.offsets.commit(group, topic, queue_id, commit)
+        result = broker.store.get_messages(topic, queue_id, offset, max_nums, sub.codes)
+        status = result.status
+        if status is GetStatus.FOUND:
+            broker.stats.get(result.message_count)
+            response = cmd.response(ResponseCode.SUCCESS, {
+                "suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
+                "minOffset": result.min_offset, "maxOffset": result.max_offset},
+                remark="FOUND")
+            response.body_parts = result.buffers
+            return response
+        if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+            code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+            next_offset = 0
+        else:
+            code = _STATUS_CODES[status]
+            next_offset = result.next_begin_offset
+        if (code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sysflag & FLAG_SUSPEND):
+            return None
+        return cmd.response(code, {
+            "suggestWhichBrokerId": 0, "nextBeginOffset": next_offset,
+            "minOffset": result.min_offset, "maxOffset": result.max_offset},
+            remark=status.value)
+
+    # ------------------------------------------------------------------ long polling
+    async def _hold(self, cmd: RemotingCommand) -> RemotingCommand:
+        assert self.loop is not None
+        ext = cmd.ext_fields
+        key = (ext.get("topic") or "", cmd.int_field("queueId"))
+        offset = cmd.int_field("queueOffset")
+        if self.broker.config.longPollingEnable:
+            timeout = min(cmd.int_field("suspendTimeoutMillis", 15000) / 1000,
+                          MAX_SUSPEND_SECONDS)
+        else:
+            timeout = self.broker.config.shortPollingTimeMills / 1000
+        fut: asyncio.Future[None] = self.loop.create_future()
+        waiter = (offset, fut)
+        self.waiting.setdefault(key, []).append(waiter)
+        try:
+            # A unit may have landed between the read and the registration above.
+            if self.broker.store.get_max_offset(*key) <= offset:
+                try:
+                    await asyncio.wait_for(fut, timeout)
+                except TimeoutError:
+                    pass
+        finally:
+            waiters = self.waiting.get(key)
+            if waiters is not None:
+                if waiter in waiters:
+                    waiters.remove(waiter)
+                if not waiters:
+                    del self.waiting[key]
+        response = self.pull(cmd, allow_suspend=False)
+        assert response is not None
+        return response
+
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Runs on the store's dispatcher thread."""
+        if (topic, queue_id) in self.waiting and self.loop is not None:
+            try:
+                self.loop.call_soon_threadsafe(self._wake, topic, queue_id, max_offset)
+            except RuntimeError:
+                pass  # the loop is closed
+
+    def _wake(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for offset, fut in self.waiting.get((topic, queue_id), ()):
+            if offset < max_offset and not fut.done():
+                fut.set_result(None)

@@ -1,0 +1,183 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+The request's header becomes a StoreMessage (the body is stored as sent, compressed or not);
+the store answers where it landed; the response carries RocketMQ's fields, all as strings.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import ProtocolError, RemotingCommand
+from ..protocol.message import (
+    MAX_PROPERTIES_SIZE,
+    MessageFormatError,
+    decode_batch,
+    property_value,
+)
+from ..protocol.topic import IllegalTopicError, validate_topic
+from ..remoting import Connection
+from ..store import DiskFullError, MessageIllegalError, PutResult, PutStatus, StoreMessage
+from ..store.errors import StoreClosedError
+from .config import PERM_WRITE
+
+if TYPE_CHECKING:
+    from . import Broker
+
+log = logging.getLogger("rocketq.broker")
+
+#: SendMessageRequestHeaderV2's one-letter names.
+V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
+            "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag", "g": "bornTimestamp",
+            "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
+            "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
+V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+            RequestCode.SEND_REPLY_MESSAGE_V2)
+
+
+def send_header(cmd: RemotingCommand) -> dict[str, str]:
+    """The send header under its long names, whichever form the client used."""
+    if cmd.code in V2_CODES:
+        return {V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items()}
+    return cmd.ext_fields
+
+
+def _int(header: dict[str, str], name: str, default: int) -> int:
+    value = header.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ProtocolError(f"field {name!r} is not an integer: {value!r}") from None
+
+
+def _bool(header: dict[str, str], name: str) -> bool:
+    return (header.get(name) or "").strip().lower() in ("true", "1")
+
+
+class SendProcessor:
+    """Handles the send requests of one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02"
+        self.region = broker.config.regionId
+        self.trace_on = "true" if broker.config.traceOn else "false"
+
+    def handle(self, conn: Connection, cmd: RemotingCommand):
+        """Answer at once when the store need not wait for a flush, else return a coroutine."""
+        broker = self.broker
+        header = send_header(cmd)
+        topic = header.get("topic") or ""
+        try:
+            validate_topic(topic)
+        except IllegalTopicError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        if not broker.config.brokerPermission & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the broker[{broker.config.brokerName}] sending message "
+                                       "is forbidden")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            topic_config = broker.topics.create_in_send(
+                topic, header.get("defaultTopic") or "TBW102",
+                _int(header, "defaultTopicQueueNums", 4))
+            if topic_config is None:
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                    remark=f"topic[{topic}] not exist, apply first please!")
+            broker.topics_changed()
+        if not topic_config.perm & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the topic[{topic}] sending message is forbidden")
+        queue_id = _int(header, "queueId", 0)
+        if queue_id < 0:
+            queue_id = random.randrange(topic_config.write_queue_nums)
+        elif queue_id >= topic_config.write_queue_nums:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark=f"request queueId[{queue_id}] is illegal, topic "
+                                       f"{topic} has {topic_config.write_queue_nums} write "
+                                       "queues")
+        props = header.get("properties") or ""
+        sysflag = _int(header, "sysFlag", 0)
+        born = _int(header, "bornTimestamp", 0)
+        born_host = conn.attributes.get("peer_ip")
+        if born_host is None:
+            born_host = conn.attributes["peer_ip"] = _ip_bytes(conn.peer[0])
+        common = dict(flag=_int(header, "flag", 0), sysflag=sysflag, born_timestamp=born,
+                      born_host=born_host, born_port=conn.peer[1],
+                      reconsume_times=_int(header, "reconsumeTimes", 0))
+        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or _bool(header, "batch")
+        try:
+            if batch:
+                messages = [
+                    StoreMessage(topic, body, queue_id,
+                                 properties=(element_props + self.cluster_property).encode(),
+                                 **common | {"flag": flag})
+                    for flag, body, element_props in decode_batch(cmd.body)]
+                if not messages:
+                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            else:
+                raw_props = (props + self.cluster_property).encode()
+                if len(raw_props) > MAX_PROPERTIES_SIZE:
+                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                        remark=f"message properties are {len(raw_props)} "
+                                               f"bytes; the limit is {MAX_PROPERTIES_SIZE}")
+                messages = [StoreMessage(topic, cmd.body, queue_id, properties=raw_props,
+                                         **common)]
+        except MessageFormatError as exc:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"bad batch: {exc}")
+        store = broker.store
+        if store.config.sync_flush:
+            return self._put_async(cmd, messages, queue_id, batch)
+        try:
+            results = store.put_messages(messages)
+        except Exception as exc:
+            return self._store_error(cmd, exc)
+        return self._response(cmd, messages, results, queue_id, batch)
+
+    async def _put_async(self, cmd: RemotingCommand, messages: list[StoreMessage],
+                         queue_id: int, batch: bool) -> RemotingCommand:
+        try:
+            results = await self.broker.store.put_messages_async(messages)
+        except Exception as exc:
+            return self._store_error(cmd, exc)
+        return self._response(cmd, messages, results, queue_id, batch)
+
+    def _store_error(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if isinstance(exc, MessageIllegalError):
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+        if isinstance(exc, DiskFullError):
+            log.error("send refused: %s", exc)
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
+        if isinstance(exc, StoreClosedError):
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                remark="the broker is shutting down")
+        raise exc
+
+    def _response(self, cmd: RemotingCommand, messages: list[StoreMessage],
+                  results: list[PutResult], queue_id: int, batch: bool) -> RemotingCommand:
+        first = results[0]
+        code = (ResponseCode.FLUSH_DISK_TIMEOUT if first.status is PutStatus.FLUSH_DISK_TIMEOUT
+                else ResponseCode.SUCCESS)
+        uniq = property_value(messages[0].properties, b"UNIQ_KEY")
+        self.broker.stats.put(len(results), messages[0].topic)
+        return cmd.response(code, {
+            "msgId": ",".join(r.msg_id for r in results) if batch else first.msg_id,
+            "queueId": queue_id,
+            "queueOffset": first.queue_offset,
+            "transactionId": uniq.decode() if uniq else "",
+            "MSG_REGION": self.region,
+            "TRACE_ON": self.trace_on,
+        })
+
+
+def _ip_bytes(host: str) -> bytes:
+    import socket
+    try:
+        return socket.inet_aton(host)
+    except OSError:
+        return b"\x7f\x00\x00\x01"
