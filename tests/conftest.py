@@ -1,0 +1,59 @@
+"""Shared fixtures: real NameServers and Brokers on 127.0.0.1, random ports, temp dirs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from rocketq.broker import Broker, load_broker_conf
+from rocketq.namesrv import NameServer
+
+
+class Cluster:
+    """NameServers and Brokers started in the test's own event loop."""
+
+    def __init__(self, tmp_path) -> None:
+        self.tmp_path = tmp_path
+        self.namesrvs: list[NameServer] = []
+        self.brokers: list[Broker] = []
+
+    @property
+    def namesrv(self) -> str:
+        return ";".join(n.address for n in self.namesrvs)
+
+    async def start_namesrv(self, **kw) -> NameServer:
+        ns = NameServer("127.0.0.1", 0, **kw)
+        await ns.start()
+        self.namesrvs.append(ns)
+        return ns
+
+    async def start_broker(self, name="broker-a", **conf) -> Broker:
+        values = {"storePathRootDir": str(self.tmp_path / name), "namesrvAddr": self.namesrv,
+                  "listenPort": 0, "brokerName": name, "mappedFileSizeCommitLog": 4 << 20,
+                  "maxHashSlotNum": 4096, "maxIndexNum": 16384,
+                  "flushIntervalConsumeQueue": 200}
+        values.update(conf)
+        broker = Broker(*load_broker_conf(values))
+        await broker.start()
+        self.brokers.append(broker)
+        return broker
+
+    async def stop(self) -> None:
+        for b in self.brokers:
+            with contextlib.suppress(Exception):
+                await b.stop()
+        for n in self.namesrvs:
+            with contextlib.suppress(Exception):
+                await n.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    return Cluster(tmp_path)
+
+
+def run_async(coro, timeout: float = 60):
+    """Run a test coroutine with an overall bound."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
