@@ -1,3 +1,28 @@
-"""rocketq: a message queue that does what Apache RocketMQ does, in Python."""
+"""rocketq: a message queue that does what Apache RocketMQ does, in Python.
+
+    from rocketq import Producer, Message, PushConsumer, PullConsumer, ConsumeResult
+
+The classes here are synchronous; ``rocketq.aio`` has the asyncio versions.
+"""
 
 __version__ = "0.1.0"
+
+from .client import (  # noqa: E402
+    BrokerError,
+    ClientError,
+    ConsumeResult,
+    Message,
+    MessageQueue,
+    MessageValidationError,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    select_by_hash,
+)
+from .client.sync import Producer, PullConsumer, PushConsumer  # noqa: E402
+
+__all__ = [
+    "BrokerError", "ClientError", "ConsumeResult", "Message", "MessageQueue",
+    "MessageValidationError", "Producer", "PullConsumer", "PushConsumer", "ReceivedMessage",
+    "SendResult", "SendStatus", "__version__", "select_by_hash",
+]

@@ -65,8 +65,8 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement the interface without subclassing asyncio's.
+        self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (peer[0], peer[1])

@@ -1,0 +1,19 @@
+"""The rocketq client: producers and consumers (asyncio core, synchronous API on top)."""
+
+from .allocate import (
+    AllocateAveragely,
+    AllocateAveragelyByCircle,
+    AllocateByConfig,
+    AllocateConsistentHash,
+)
+from .errors import BrokerError, ClientError, MessageValidationError, NameServerError
+from .message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from .producer import select_by_hash
+from .push import ConsumeResult
+
+__all__ = [
+    "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
+    "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult", "Message",
+    "MessageQueue", "MessageValidationError", "NameServerError", "ReceivedMessage",
+    "SendResult", "SendStatus", "select_by_hash",
+]

@@ -1,0 +1,246 @@
+"""What every consumer of a group does (RocketMQ's RebalanceImpl and the consumer impls'
+shared parts): subscriptions, heartbeats, rebalancing queues among the group's members,
+finding where to start in a queue, and committing offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+import orjson
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..protocol.filter import Subscription
+from ..protocol.topic import retry_topic
+from ..remoting import RemotingError
+from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
+from .errors import ClientError
+from .instance import ClientInstance
+from .message import MessageQueue
+from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+
+log = logging.getLogger("rocketq.client")
+
+FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
+              "timestamp": "CONSUME_FROM_TIMESTAMP"}
+MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
+
+
+class GroupConsumer:
+    """Base of the push and pull consumers."""
+
+    consume_type = "CONSUME_PASSIVELY"
+    #: Clustering push consumers also consume their group's retry topic.
+    subscribes_retry_topic = True
+
+    def __init__(self, group: str, namesrv: str, *, model: str = "clustering",
+                 from_where: str = "last", consume_timestamp: int | None = None,
+                 allocate: AllocateStrategy | str = "averagely",
+                 rebalance_interval: float = 20.0, persist_interval: float = 5.0,
+                 offset_store_dir: str | None = None,
+                 instance: ClientInstance | None = None) -> None:
+        if model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, not {model!r}")
+        if from_where not in FROM_WHERE:
+            raise ValueError(f"from_where must be one of {sorted(FROM_WHERE)}, not "
+                             f"{from_where!r}")
+        if not group or "%" in group:
+            raise ValueError(f"illegal consumer group {group!r}")
+        self.group = group
+        self.model = model
+        self.from_where = from_where
+        self.consume_timestamp = consume_timestamp
+        if isinstance(allocate, str):
+            if allocate not in STRATEGIES:
+                raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}")
+            allocate = STRATEGIES[allocate]()
+        self.allocate: AllocateStrategy = allocate or AllocateAveragely()
+        self.rebalance_interval = rebalance_interval
+        self.persist_interval = persist_interval
+        self.instance = instance or ClientInstance(namesrv)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.owned: dict[MessageQueue, Any] = {}
+        self.offset_store: OffsetStore
+        if model == "broadcasting":
+            directory = offset_store_dir or os.path.join(os.path.expanduser("~"),
+                                                         ".rocketq_offsets")
+            self.offset_store = LocalOffsetStore(directory, self.instance.client_id.split(
+                "#")[0].replace("@", "-").replace(":", "_"), group)
+        else:
+            self.offset_store = RemoteOffsetStore(self.instance, group)
+        self.running = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._rebalance_now: asyncio.Event | None = None
+        #: False in assign mode: the caller picks the queues, no rebalancing.
+        self.rebalancing = True
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic``, keeping messages whose tag matches ``expression``
+        (``"*"``, or tags joined by ``||``)."""
+        self.subscriptions[topic] = Subscription.parse(topic, expression, "TAG",
+                                                       int(time.time() * 1000))
+
+    def _all_subscriptions(self) -> dict[str, Subscription]:
+        subs = dict(self.subscriptions)
+        if self.model == "clustering" and self.subscribes_retry_topic:
+            rt = retry_topic(self.group)
+            subs[rt] = Subscription.parse(rt, "*", "TAG", 0)
+        return subs
+
+    def _heartbeat_data(self) -> dict[str, Any]:
+        return {"groupName": self.group, "consumeType": self.consume_type,
+                "messageModel": MODELS[self.model], "consumeFromWhere": FROM_WHERE[self.from_where],
+                "unitMode": False,
+                "subscriptionDataSet": [s.to_json() for s in self._all_subscriptions().values()]}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _start_group(self) -> None:
+        self.running = True
+        instance = self.instance
+        previous = instance.heartbeat_data
+
+        def heartbeat() -> dict[str, Any]:
+            data = dict(previous())
+            data["consumerDataSet"] = [*data.get("consumerDataSet", []),
+                                       self._heartbeat_data()]
+            return data
+
+        instance.heartbeat_data = heartbeat
+        instance.on_request[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_notify
+        await self.offset_store.load()
+        await instance.start()
+        for topic in self._all_subscriptions():
+            try:
+                await instance.route(topic, refresh=True)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.warning("no route for %s yet: %s", topic, exc)
+        await instance.heartbeat_all()
+        loop = asyncio.get_running_loop()
+        self._rebalance_now = asyncio.Event()
+        self._tasks = [loop.create_task(self._rebalance_loop()),
+                       loop.create_task(self._persist_loop())]
+
+    async def _stop_loops(self) -> None:
+        self.running = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _leave_group(self) -> None:
+        await self.offset_store.persist(list(self.owned))
+        await self.instance.unregister(None, self.group)
+        await self.instance.stop()
+
+    # ------------------------------------------------------------------ rebalance
+    def _on_notify(self, conn: Any, cmd: RemotingCommand) -> None:
+        if self._rebalance_now is not None:
+            self._rebalance_now.set()
+        return None
+
+    async def _rebalance_loop(self) -> None:
+        assert self._rebalance_now is not None
+        while True:
+            try:
+                if self.rebalancing:
+                    await self.rebalance()
+            except Exception:
+                log.exception("rebalance of group %s failed", self.group)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)
+            self._rebalance_now.clear()
+
+    async def rebalance(self) -> None:
+        """Work out which queues this member owns now, and start or stop their pulls."""
+        for topic in self._all_subscriptions():
+            try:
+                route = await self.instance.route(topic)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.info("rebalance: no route for %s: %s", topic, exc)
+                continue
+            if route is None:
+                continue
+            queues = sorted(route.subscribe_queues)
+            if self.model == "broadcasting":
+                mine = queues
+            else:
+                consumers = await self._consumer_ids(topic, queues)
+                if consumers is None:
+                    continue
+                mine = self.allocate.allocate(self.group, self.instance.client_id, queues,
+                                              consumers)
+            await self._update_queues(topic, set(mine))
+
+    async def _consumer_ids(self, topic: str, queues: list[MessageQueue]) -> list[str] | None:
+        brokers = sorted({q.broker_name for q in queues})
+        for name in brokers:
+            try:
+                response = await self.instance.invoke_broker(name, RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}), 3,
+                    topic)
+            except (ClientError, RemotingError, OSError):
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                return sorted(orjson.loads(response.body).get("consumerIdList") or [])
+        return None
+
+    async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
+        for mq in [q for q in self.owned if q.topic == topic and q not in mine]:
+            self._queue_removed(mq)
+            await self.offset_store.persist([mq])
+            self.offset_store.remove(mq)
+            del self.owned[mq]
+            log.info("group %s released %s", self.group, mq)
+        for mq in sorted(mine - set(self.owned)):
+            try:
+                offset = await self._start_offset(mq)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.warning("cannot find where to consume %s from: %s", mq, exc)
+                continue
+            self.offset_store.update(mq, offset)
+            self.owned[mq] = self._queue_added(mq, offset)
+            log.info("group %s took %s from offset %d", self.group, mq, offset)
+
+    def _queue_added(self, mq: MessageQueue, offset: int) -> Any:
+        """Start consuming ``mq`` at ``offset``; return what ``owned`` keeps for it."""
+        raise NotImplementedError
+
+    def _queue_removed(self, mq: MessageQueue) -> None:
+        """Stop consuming ``mq`` (another member owns it now)."""
+        raise NotImplementedError
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        """RocketMQ's computePullFromWhere."""
+        stored = await self.offset_store.read(mq)
+        if stored is not None and stored >= 0:
+            return stored
+        if self.from_where == "first" or mq.topic.startswith("%RETRY%"):
+            return 0
+        if self.from_where == "timestamp" and self.consume_timestamp is not None:
+            return await self._offset_query(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,
+                                            timestamp=self.consume_timestamp)
+        return await self._offset_query(RequestCode.GET_MAX_OFFSET, mq)
+
+    async def _offset_query(self, code: int, mq: MessageQueue, **extra: Any) -> int:
+        response = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+            code, {"topic": mq.topic, "queueId": mq.queue_id, **extra}), 3, mq.topic)
+        if response.code != ResponseCode.SUCCESS:
+            raise ClientError(f"offset query for {mq}: {response.remark}")
+        return int(response.ext_fields.get("offset", "0"))
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.persist_interval)
+            await self.offset_store.persist(list(self.owned))
+
+    # ------------------------------------------------------------------ introspection
+    def assigned_queues(self) -> list[MessageQueue]:
+        return sorted(self.owned)

@@ -1,0 +1,253 @@
+"""ClientInstance (RocketMQ's MQClientInstance): what producers and consumers share: the
+connections, the route cache refreshed every 30 s from the NameServers, heartbeats to every
+broker every 30 s, and the handler of requests brokers send to clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..protocol.topic import AUTO_CREATE_TOPIC_KEY
+from ..remoting import Connection, RemotingClient, RemotingError
+from .errors import BrokerError, ClientError, NameServerError
+from .message import MessageQueue
+
+log = logging.getLogger("rocketq.client")
+
+PERM_READ = 4
+PERM_WRITE = 2
+MASTER_ID = 0
+
+
+@dataclass
+class TopicRoute:
+    """A topic's route: its queues per broker, and the brokers' addresses."""
+
+    topic: str
+    queue_datas: list[dict[str, Any]]
+    broker_addrs: dict[str, dict[int, str]]
+    publish_queues: list[MessageQueue] = field(default_factory=list)
+    subscribe_queues: list[MessageQueue] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, topic: str, body: bytes) -> TopicRoute:
+        data = orjson.loads(body)
+        addrs: dict[str, dict[int, str]] = {}
+        for broker in data.get("brokerDatas") or ():
+            addrs[broker["brokerName"]] = {int(k): v for k, v in
+                                           (broker.get("brokerAddrs") or {}).items()}
+        queue_datas = sorted(data.get("queueDatas") or (), key=lambda q: q["brokerName"])
+        route = cls(topic, queue_datas, addrs)
+        for q in queue_datas:
+            name = q["brokerName"]
+            if q.get("perm", 6) & PERM_WRITE and MASTER_ID in addrs.get(name, {}):
+                route.publish_queues.extend(MessageQueue(topic, name, i)
+                                            for i in range(int(q.get("writeQueueNums", 0))))
+            if q.get("perm", 6) & PERM_READ:
+                route.subscribe_queues.extend(MessageQueue(topic, name, i)
+                                              for i in range(int(q.get("readQueueNums", 0))))
+        return route
+
+
+def _local_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class ClientInstance:
+    """Shared machinery of one producer or consumer."""
+
+    def __init__(self, namesrv: str, *, heartbeat_interval: float = 30.0,
+                 route_interval: float = 30.0, instance_name: str | None = None) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";")
+                              if a.strip()]
+        if not self.namesrv_addrs:
+            raise ValueError("no NameServer address given (namesrv='host:port[;host:port]')")
+        self.client_id = (f"{_local_ip()}@{os.getpid()}#"
+                          f"{instance_name or format(random.getrandbits(48), 'x')}")
+        self.heartbeat_interval = heartbeat_interval
+        self.route_interval = route_interval
+        self.remoting = RemotingClient(self._handle_request)
+        self.routes: dict[str, TopicRoute] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self._namesrv_index = random.randrange(len(self.namesrv_addrs))
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.heartbeat_data: Callable[[], dict[str, Any]] = lambda: {}
+        self.on_request: dict[int, Callable[[Connection, RemotingCommand],
+                                            Awaitable[RemotingCommand | None] |
+                                            RemotingCommand | None]] = {}
+        self.topics: set[str] = set()
+        self.started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._route_loop()),
+                       loop.create_task(self._heartbeat_loop())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.remoting.close()
+        self.started = False
+
+    async def _route_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.route_interval)
+            for topic in list(self.topics):
+                with contextlib.suppress(ClientError, RemotingError, OSError):
+                    await self.update_route(topic)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            await self.heartbeat_all()
+
+    # ------------------------------------------------------------------ NameServer
+    async def invoke_namesrv(self, cmd_factory: Callable[[], RemotingCommand],
+                             timeout: float = 3.0) -> RemotingCommand:
+        """Ask the NameServers in turn until one answers."""
+        errors = []
+        for i in range(len(self.namesrv_addrs)):
+            addr = self.namesrv_addrs[(self._namesrv_index + i) % len(self.namesrv_addrs)]
+            try:
+                response = await self.remoting.invoke(addr, cmd_factory(), timeout)
+                self._namesrv_index = (self._namesrv_index + i) % len(self.namesrv_addrs)
+                return response
+            except (RemotingError, OSError) as exc:
+                errors.append(f"{addr}: {exc}")
+        raise NameServerError("no NameServer answered: " + "; ".join(errors))
+
+    async def fetch_route(self, topic: str) -> TopicRoute | None:
+        """The route of ``topic`` from a NameServer, or None if it has none."""
+        response = await self.invoke_namesrv(lambda: RemotingCommand.request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise NameServerError(f"route of {topic}: {response.remark} (code {response.code})")
+        return TopicRoute.parse(topic, response.body)
+
+    async def update_route(self, topic: str) -> TopicRoute | None:
+        route = await self.fetch_route(topic)
+        if route is not None:
+            self.routes[topic] = route
+            for name, addrs in route.broker_addrs.items():
+                self.broker_addrs[name] = addrs
+        return route
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute | None:
+        self.topics.add(topic)
+        route = self.routes.get(topic)
+        if route is None or refresh:
+            route = await self.update_route(topic)
+        return route
+
+    async def publish_route(self, topic: str, default_queue_nums: int = 4) -> TopicRoute:
+        """The route to send to: the topic's, or TBW102's (the broker then creates the
+        topic), as RocketMQ's producers do for a topic the NameServers do not know yet."""
+        route = await self.route(topic)
+        if route is not None and route.publish_queues:
+            return route
+        default = await self.fetch_route(AUTO_CREATE_TOPIC_KEY)
+        if default is None or not default.publish_queues:
+            raise ClientError(f"No route info of this topic: {topic} (and no "
+                              f"{AUTO_CREATE_TOPIC_KEY} for auto-creation)")
+        for name, addrs in default.broker_addrs.items():
+            self.broker_addrs.setdefault(name, addrs)
+        queues: list[MessageQueue] = []
+        for q in default.queue_datas:
+            n = min(default_queue_nums, int(q.get("writeQueueNums", 0)))
+            if q.get("perm", 6) & PERM_WRITE and MASTER_ID in default.broker_addrs.get(
+                    q["brokerName"], {}):
+                queues.extend(MessageQueue(topic, q["brokerName"], i) for i in range(n))
+        return TopicRoute(topic, default.queue_datas, default.broker_addrs, queues, [])
+
+    # ------------------------------------------------------------------ brokers
+    def broker_addr(self, broker_name: str, master_only: bool = True) -> str | None:
+        addrs = self.broker_addrs.get(broker_name) or {}
+        if MASTER_ID in addrs:
+            return addrs[MASTER_ID]
+        if not master_only and addrs:
+            return addrs[min(addrs)]
+        return None
+
+    async def broker_addr_or_refresh(self, broker_name: str, topic: str | None = None,
+                                     master_only: bool = True) -> str:
+        addr = self.broker_addr(broker_name, master_only)
+        if addr is None and topic is not None:
+            await self.update_route(topic)
+            addr = self.broker_addr(broker_name, master_only)
+        if addr is None:
+            raise ClientError(f"The broker[{broker_name}] not exist")
+        return addr
+
+    async def invoke_broker(self, broker_name: str, cmd: RemotingCommand, timeout: float,
+                            topic: str | None = None) -> RemotingCommand:
+        addr = await self.broker_addr_or_refresh(broker_name, topic)
+        return await self.remoting.invoke(addr, cmd, timeout)
+
+    async def heartbeat_all(self) -> None:
+        data = self.heartbeat_data()
+        if not data.get("producerDataSet") and not data.get("consumerDataSet"):
+            return
+        body = orjson.dumps({"clientID": self.client_id, **data})
+        addrs = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+
+        async def one(addr: str) -> None:
+            try:
+                r = await self.remoting.invoke(
+                    addr, RemotingCommand.request(RequestCode.HEART_BEAT, None, body), 3)
+                if r.code != ResponseCode.SUCCESS:
+                    log.warning("heartbeat to %s refused: %s", addr, r.remark)
+            except (RemotingError, OSError) as exc:
+                log.info("heartbeat to %s failed: %s", addr, exc)
+
+        await asyncio.gather(*(one(a) for a in sorted(addrs)))
+
+    async def unregister(self, producer_group: str | None, consumer_group: str | None) -> None:
+        addrs = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+        cmd_fields = {"clientID": self.client_id, "producerGroup": producer_group or "",
+                      "consumerGroup": consumer_group or ""}
+
+        async def one(addr: str) -> None:
+            with contextlib.suppress(RemotingError, OSError):
+                await self.remoting.invoke(addr, RemotingCommand.request(
+                    RequestCode.UNREGISTER_CLIENT, cmd_fields), 2)
+
+        await asyncio.gather(*(one(a) for a in sorted(addrs)))
+
+    # ------------------------------------------------------------------ broker requests
+    def _handle_request(self, conn: Connection, cmd: RemotingCommand):
+        handler = self.on_request.get(cmd.code)
+        if handler is None:
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                remark=f" request type {cmd.code} not supported")
+        return handler(conn, cmd)
+
+
+def check_response(response: RemotingCommand, what: str) -> RemotingCommand:
+    """Raise BrokerError unless the response is SUCCESS."""
+    if response.code != ResponseCode.SUCCESS:
+        raise BrokerError(response.code, f"{what}: {response.remark or 'no remark'}")
+    return response

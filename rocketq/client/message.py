@@ -1,0 +1,210 @@
+"""What users send and receive: Message, MessageQueue, SendResult, ReceivedMessage."""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..protocol.message import MessageRecord, Property, SysFlag
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+class Message:
+    """A message to send.
+
+    >>> Message("Orders", b'{"id": 17}', tags="paid", keys=["order-17"],
+    ...         properties={"region": "eu"})
+    """
+
+    __slots__ = ("topic", "body", "flag", "properties")
+
+    def __init__(self, topic: str, body: bytes | str, *, tags: str | None = None,
+                 keys: Iterable[str] | str | None = None,
+                 properties: Mapping[str, str] | None = None, flag: int = 0,
+                 delay_level: int | None = None) -> None:
+        self.topic = topic
+        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        self.flag = flag
+        self.properties: dict[str, str] = {}
+        if properties:
+            for name, value in properties.items():
+                self.put_property(name, value)
+        if tags:
+            self.properties[Property.TAGS] = tags
+        if keys:
+            self.keys = [keys] if isinstance(keys, str) else list(keys)
+        if delay_level:
+            self.properties[Property.DELAY] = str(delay_level)
+
+    def put_property(self, name: str, value: object) -> None:
+        text = str(value)
+        if "\x01" in name or "\x02" in name or "\x01" in text or "\x02" in text:
+            raise ValueError(f"property {name!r} contains a reserved separator character")
+        self.properties[name] = text
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Property.TAGS)
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        if value:
+            self.properties[Property.TAGS] = value
+        else:
+            self.properties.pop(Property.TAGS, None)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(Property.KEYS, "").split(" ") if k]
+
+    @keys.setter
+    def keys(self, keys: Iterable[str]) -> None:
+        self.properties[Property.KEYS] = " ".join(keys)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(Property.DELAY, "0") or 0)
+
+    @delay_level.setter
+    def delay_level(self, level: int) -> None:
+        self.properties[Property.DELAY] = str(level)
+
+    def __repr__(self) -> str:
+        return f"Message({self.topic!r}, {len(self.body)} bytes, properties={self.properties})"
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass
+class SendResult:
+    """Where a message went: ``msg_id`` is the client's unique id (UNIQ_KEY),
+    ``offset_msg_id`` the broker's (store host and CommitLog offset)."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+
+
+@dataclass
+class ReceivedMessage:
+    """A message as a consumer sees it (RocketMQ's MessageExt)."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    broker_name: str
+    properties: dict[str, str]
+    msg_id: str
+    offset_msg_id: str
+    born_timestamp: int
+    store_timestamp: int
+    born_host: tuple[str, int]
+    store_host: tuple[str, int]
+    reconsume_times: int
+    flag: int = 0
+    sysflag: int = 0
+    store_size: int = 0
+    _record: MessageRecord | None = field(default=None, repr=False)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Property.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(Property.KEYS, "").split(" ") if k]
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    @classmethod
+    def from_record(cls, record: MessageRecord, broker_name: str) -> ReceivedMessage:
+        body = record.body
+        if record.sysflag & SysFlag.COMPRESSED:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error:
+                pass  # not zlib after all (another codec): hand over the bytes as stored
+        topic = record.topic
+        retry_of = record.properties.get(Property.RETRY_TOPIC)
+        if retry_of and topic.startswith("%RETRY%"):
+            topic = retry_of  # consumers see the original topic of a retried message
+        offset_id = record.offset_msg_id
+        return cls(topic, body, record.queue_id, record.queue_offset, record.commitlog_offset,
+                   broker_name, record.properties,
+                   record.properties.get(Property.UNIQ_KEY) or offset_id, offset_id,
+                   record.born_timestamp, record.store_timestamp, record.born_host,
+                   record.store_host, record.reconsume_times, record.flag, record.sysflag,
+                   record.store_size, record)
+
+
+# ---------------------------------------------------------------------------- unique ids
+
+
+class UniqueIdGenerator:
+    """Client message ids (UNIQ_KEY) as RocketMQ's MessageClientIDSetter makes them:
+    hex of ip(4) pid(2) random(4) ms-since-month-start(4) counter(2)."""
+
+    def __init__(self) -> None:
+        try:
+            ip = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+        except OSError:
+            ip = b"\x7f\x00\x00\x01"
+        self._prefix = (ip + struct.pack(">H", os.getpid() & 0xFFFF)
+                        + os.urandom(4)).hex().upper()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._month_start = 0.0
+        self._next_month = 0.0
+
+    def _roll_month(self, now: float) -> None:
+        t = time.localtime(now)
+        start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+        year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+        self._month_start = start
+        self._next_month = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+
+    def next(self) -> str:
+        now = time.time()
+        with self._lock:
+            if now >= self._next_month:
+                self._roll_month(now)
+            self._counter = (self._counter + 1) & 0xFFFF
+            counter = self._counter
+        since = int((now - self._month_start) * 1000) & 0xFFFFFFFF
+        return f"{self._prefix}{since:08X}{counter:04X}"
+
+
+unique_ids = UniqueIdGenerator()

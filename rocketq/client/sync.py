@@ -1,0 +1,228 @@
+"""The synchronous API: thin wrappers that run the asyncio clients on one background event
+loop thread per process, so plain Python code (and threads) can produce and consume."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, TypeVar
+
+from ..remoting import new_event_loop
+from .message import Message, MessageQueue, ReceivedMessage, SendResult
+from .producer import AsyncProducer, Selector
+from .pull import AsyncPullConsumer
+from .push import AsyncPushConsumer, Listener
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """A daemon thread running an event loop (uvloop when installed)."""
+
+    _instance: _LoopThread | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="rocketq-client-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @classmethod
+    def get(cls) -> _LoopThread:
+        with cls._lock:
+            if cls._instance is None or not cls._instance.thread.is_alive():
+                cls._instance = _LoopThread()
+            return cls._instance
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("a synchronous rocketq call was made from the client's own "
+                               "event loop; use the rocketq.aio classes there")
+        return self.submit(coro).result(timeout)
+
+    def create(self, factory: Callable[[], T]) -> T:
+        """Build an object inside the loop (asyncio objects bind to the running loop)."""
+        async def make() -> T:
+            return factory()
+        return self.run(make())
+
+
+class Producer:
+    """Sends messages; see ``rocketq.aio.Producer`` for the options.
+
+    >>> with Producer("pg", namesrv="127.0.0.1:9876") as producer:   # doctest: +SKIP
+    ...     result = producer.send(Message("Orders", b"hello", tags="paid"))
+    """
+
+    def __init__(self, group: str, namesrv: str, **options: Any) -> None:
+        self._loop = _LoopThread.get()
+        self._async = self._loop.create(lambda: AsyncProducer(group, namesrv, **options))
+
+    @property
+    def group(self) -> str:
+        return self._async.group
+
+    def start(self) -> Producer:
+        self._loop.run(self._async.start())
+        return self
+
+    def shutdown(self) -> None:
+        self._loop.run(self._async.shutdown())
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def send(self, message: Message, *, queue: MessageQueue | None = None,
+             selector: Selector | None = None, arg: Any = None,
+             timeout: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer (retries on failure)."""
+        return self._loop.run(self._async.send(message, queue=queue, selector=selector,
+                                               arg=arg, timeout=timeout))
+
+    def send_async(self, message: Message, callback: Callable[
+            [concurrent.futures.Future[SendResult]], None] | None = None, *,
+                   queue: MessageQueue | None = None, selector: Selector | None = None,
+                   arg: Any = None) -> concurrent.futures.Future[SendResult]:
+        """Send without blocking; the future holds the SendResult or the exception, and
+        ``callback(future)`` runs when it is done."""
+        future = self._loop.submit(self._async.send(message, queue=queue, selector=selector,
+                                                    arg=arg))
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
+
+    def send_oneway(self, message: Message, *, queue: MessageQueue | None = None,
+                    selector: Selector | None = None, arg: Any = None) -> None:
+        """Send without waiting for any answer."""
+        self._loop.run(self._async.send_oneway(message, queue=queue, selector=selector,
+                                               arg=arg))
+
+    def send_batch(self, messages: Sequence[Message], *, queue: MessageQueue | None = None,
+                   timeout: float | None = None) -> SendResult:
+        """Send messages of one topic in one request."""
+        return self._loop.run(self._async.send_batch(messages, queue=queue, timeout=timeout))
+
+
+class PushConsumer:
+    """Calls a listener with each message of the subscribed topics; see
+    ``rocketq.aio.PushConsumer`` for the options.
+
+    >>> consumer = PushConsumer("cg", namesrv="127.0.0.1:9876")      # doctest: +SKIP
+    >>> consumer.subscribe("Orders", "paid || refunded")
+    >>> consumer.register(lambda msgs: ConsumeResult.SUCCESS)
+    >>> consumer.start()
+    """
+
+    def __init__(self, group: str, namesrv: str, **options: Any) -> None:
+        self._loop = _LoopThread.get()
+        self._async = self._loop.create(lambda: AsyncPushConsumer(group, namesrv, **options))
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._async.subscribe(topic, expression)
+
+    def register(self, listener: Listener) -> None:
+        self._async.register(listener)
+
+    def start(self) -> PushConsumer:
+        self._loop.run(self._async.start())
+        return self
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self._loop.run(self._async.shutdown(timeout))
+
+    def __enter__(self) -> PushConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def client_id(self) -> str:
+        return self._async.instance.client_id
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return self._loop.run(_value(self._async.assigned_queues))
+
+
+class PullConsumer:
+    """Poll messages, like RocketMQ's DefaultLitePullConsumer; see ``rocketq.aio.PullConsumer``.
+
+    >>> with PullConsumer("cg2", namesrv="127.0.0.1:9876") as consumer:  # doctest: +SKIP
+    ...     consumer.subscribe("Orders")
+    ...     for message in consumer.poll(timeout=1.0): ...
+    """
+
+    def __init__(self, group: str, namesrv: str, **options: Any) -> None:
+        self._loop = _LoopThread.get()
+        self._async = self._loop.create(lambda: AsyncPullConsumer(group, namesrv, **options))
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._async.subscribe(topic, expression)
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        queues = list(queues)
+        self._loop.run(_value(lambda: self._async.assign(queues)))
+
+    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        return self._loop.run(self._async.fetch_queues(topic))
+
+    def start(self) -> PullConsumer:
+        self._loop.run(self._async.start())
+        return self
+
+    def shutdown(self) -> None:
+        self._loop.run(self._async.shutdown())
+
+    def __enter__(self) -> PullConsumer:
+        return self if self._async.running else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def poll(self, timeout: float = 5.0) -> list[ReceivedMessage]:
+        return self._loop.run(self._async.poll(timeout))
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._loop.run(_value(self._async.assignment))
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        self._loop.run(_value(lambda: self._async.seek(mq, offset)))
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        self._loop.run(self._async.seek_to_begin(mq))
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        self._loop.run(self._async.seek_to_end(mq))
+
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._loop.run(self._async.offset_for_timestamp(mq, timestamp_ms))
+
+    def commit(self) -> None:
+        self._loop.run(self._async.commit())
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        return self._loop.run(self._async.committed(mq))
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        queues = list(queues)
+        self._loop.run(_value(lambda: self._async.pause(queues)))
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        queues = list(queues)
+        self._loop.run(_value(lambda: self._async.resume(queues)))
+
+
+async def _value(fn: Callable[[], T]) -> T:
+    return fn()
