@@ -57,3 +57,29 @@ def cluster(tmp_path):
 def run_async(coro, timeout: float = 60):
     """Run a test coroutine with an overall bound."""
     return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """A NameServer and a Broker on a background loop, for the synchronous client API."""
+    from .servers import ServerThread
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        st.start_broker()
+        yield st
+    finally:
+        st.stop()
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

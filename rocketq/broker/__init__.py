@@ -77,6 +77,7 @@ class Broker:
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
         self._tasks: list[asyncio.Task[Any]] = []
+        self._stopping = False
         self._register_soon: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._handlers = {
@@ -132,6 +133,9 @@ class Broker:
 
     async def stop(self) -> None:
         """Unregister, stop serving, persist offsets, flush and close the store cleanly."""
+        self._stopping = True
+        if self._register_soon is not None:
+            self._register_soon.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -150,7 +154,7 @@ class Broker:
     async def _housekeeping(self) -> None:
         cfg = self.config
         last_expire = time.monotonic()
-        while True:
+        while not self._stopping:
             await asyncio.sleep(cfg.flushConsumerOffsetInterval / 1000)
             await asyncio.to_thread(self.offsets.persist)
             if time.monotonic() - last_expire >= 10:
@@ -165,7 +169,7 @@ class Broker:
 
     async def _register_loop(self) -> None:
         assert self._register_soon is not None
-        while True:
+        while not self._stopping:
             await self.register_all()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._register_soon.wait(),

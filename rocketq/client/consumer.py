@@ -128,6 +128,10 @@ class GroupConsumer:
 
     async def _stop_loops(self) -> None:
         self.running = False
+        if self._rebalance_now is not None:
+            # Wake the loop too: Python 3.11's wait_for can swallow a cancellation that
+            # arrives as the event fires; the loop then sees running is False and ends.
+            self._rebalance_now.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -148,7 +152,7 @@ class GroupConsumer:
 
     async def _rebalance_loop(self) -> None:
         assert self._rebalance_now is not None
-        while True:
+        while self.running:
             try:
                 if self.rebalancing:
                     await self.rebalance()
@@ -237,7 +241,7 @@ class GroupConsumer:
         return int(response.ext_fields.get("offset", "0"))
 
     async def _persist_loop(self) -> None:
-        while True:
+        while self.running:
             await asyncio.sleep(self.persist_interval)
             await self.offset_store.persist(list(self.owned))
 

@@ -102,6 +102,7 @@ class ClientInstance:
                        loop.create_task(self._heartbeat_loop())]
 
     async def stop(self) -> None:
+        self.started = False
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -112,14 +113,14 @@ class ClientInstance:
         self.started = False
 
     async def _route_loop(self) -> None:
-        while True:
+        while self.started:
             await asyncio.sleep(self.route_interval)
             for topic in list(self.topics):
                 with contextlib.suppress(ClientError, RemotingError, OSError):
                     await self.update_route(topic)
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        while self.started:
             await asyncio.sleep(self.heartbeat_interval)
             await self.heartbeat_all()
 

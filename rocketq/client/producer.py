@@ -284,6 +284,10 @@ class AsyncProducer:
                "d": self.default_topic_queue_nums, "e": mq.queue_id, "f": sysflag,
                "g": int(time.time() * 1000), "h": message.flag, "i": props, "j": 0,
                "k": False, "m": batch, "n": mq.broker_name}
+        if mq.topic.startswith("%RETRY%"):
+            # A consumer's hand-back: the retry counters travel in the header.
+            ext["j"] = message.properties.get(Property.RECONSUME_TIME, "0")
+            ext["l"] = message.properties.get(Property.MAX_RECONSUME_TIMES)
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(code, ext, body, oneway=oneway)
         instance = self.instance

@@ -128,7 +128,7 @@ class AsyncPullConsumer(GroupConsumer):
         await self._leave_group()
 
     async def __aenter__(self) -> AsyncPullConsumer:
-        await self.start()
+        """The consumer, not started yet: subscribe or assign, then ``await start()``."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -164,7 +164,7 @@ class AsyncPushConsumer(GroupConsumer):
             self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> AsyncPushConsumer:
-        await self.start()
+        """The consumer, not started yet: subscribe, register and ``await start()``."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:

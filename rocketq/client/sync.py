@@ -140,10 +140,11 @@ class PushConsumer:
         return self
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        self._loop.run(self._async.shutdown(timeout))
+        self._loop.run(self._async.shutdown(timeout), timeout + 30)
 
     def __enter__(self) -> PushConsumer:
-        return self.start()
+        """The consumer, not started yet: subscribe, register and ``start()`` inside."""
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
@@ -161,6 +162,7 @@ class PullConsumer:
 
     >>> with PullConsumer("cg2", namesrv="127.0.0.1:9876") as consumer:  # doctest: +SKIP
     ...     consumer.subscribe("Orders")
+    ...     consumer.start()
     ...     for message in consumer.poll(timeout=1.0): ...
     """
 
@@ -186,7 +188,8 @@ class PullConsumer:
         self._loop.run(self._async.shutdown())
 
     def __enter__(self) -> PullConsumer:
-        return self if self._async.running else self.start()
+        """The consumer, not started yet: subscribe or assign, then ``start()`` inside."""
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
