@@ -125,6 +125,7 @@ class Broker:
         self.pull.start(self.loop)
         await self.server.start()
         self._register_soon = asyncio.Event()
+        await self.register_all()  # routes exist by the time start() returns
         self._tasks = [self.loop.create_task(self._register_loop()),
                        self.loop.create_task(self._housekeeping())]
         log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
@@ -170,11 +171,12 @@ class Broker:
     async def _register_loop(self) -> None:
         assert self._register_soon is not None
         while not self._stopping:
-            await self.register_all()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._register_soon.wait(),
                                        self.config.registerNameServerPeriod / 1000)
             self._register_soon.clear()
+            if not self._stopping:
+                await self.register_all()
 
     def _register_header(self) -> dict[str, Any]:
         cfg = self.config

@@ -1,0 +1,158 @@
+"""The ``rocketq`` command: run a NameServer, a Broker, both (standalone), or administer.
+
+    rocketq standalone                      # NameServer + Broker in one process
+    rocketq namesrv --port 9876
+    rocketq broker -c broker.conf
+    rocketq admin topic list --namesrv 127.0.0.1:9876
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from .. import __version__
+
+log = logging.getLogger("rocketq")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+async def _wait_for_signal() -> None:
+    """Return on SIGINT or SIGTERM (Ctrl-C, or a service manager stopping us)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    flush = getattr(args, "flush", None)
+    return {
+        "namesrvAddr": getattr(args, "namesrv", None),
+        "listenPort": getattr(args, "broker_port", None),
+        "brokerName": getattr(args, "broker_name", None),
+        "brokerClusterName": getattr(args, "cluster", None),
+        "storePathRootDir": getattr(args, "data_dir", None),
+        "brokerIP1": getattr(args, "broker_ip", None),
+        "flushDiskType": {"async": "ASYNC_FLUSH", "sync": "SYNC_FLUSH"}.get(flush or "", None),
+    }
+
+
+async def _run_namesrv(args: argparse.Namespace) -> None:
+    from ..namesrv import NameServer
+
+    ns = NameServer(args.host, args.port)
+    await ns.start()
+    print(f"NameServer listening on {ns.address}", flush=True)
+    await _wait_for_signal()
+    await ns.stop()
+
+
+async def _run_broker(args: argparse.Namespace) -> None:
+    from ..broker import Broker, load_broker_conf
+
+    broker = Broker(*load_broker_conf(args.config, **_broker_overrides(args)))
+    for key in broker.config.unknown:
+        log.warning("broker.conf key %r is not used by rocketq", key)
+    await broker.start()
+    print(f"Broker {broker.config.brokerName} listening on {broker.address} "
+          f"(NameServer {broker.config.namesrvAddr})", flush=True)
+    await _wait_for_signal()
+    await broker.stop()
+
+
+async def _run_standalone(args: argparse.Namespace) -> None:
+    from ..broker import Broker, load_broker_conf
+    from ..namesrv import NameServer
+
+    ns = NameServer(args.host, args.namesrv_port)
+    await ns.start()
+    overrides = _broker_overrides(args)
+    overrides["namesrvAddr"] = ns.address
+    overrides["storePathRootDir"] = os.path.abspath(args.data_dir)
+    broker = Broker(*load_broker_conf(args.config, **overrides))
+    await broker.start()
+    print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
+          f"{broker.config.brokerName} {broker.address}, data in "
+          f"{broker.store_config.storePathRootDir}", flush=True)
+    print(f"connect clients with namesrv=\"{ns.address}\"; Ctrl-C stops", flush=True)
+    await _wait_for_signal()
+    print("stopping...", flush=True)
+    await broker.stop()
+    await ns.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rocketq", description="rocketq: a RocketMQ-compatible message queue in Python.")
+    parser.add_argument("--version", action="version", version=f"rocketq {__version__}")
+    parser.add_argument("--log-level", default=None,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="default INFO for servers, WARNING for admin")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("namesrv", help="run a NameServer")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=9876)
+    p.set_defaults(func=_run_namesrv)
+
+    def broker_options(p: argparse.ArgumentParser, standalone: bool) -> None:
+        p.add_argument("-c", "--config", help="a RocketMQ-style broker.conf")
+        if not standalone:
+            p.add_argument("--namesrv", help="NameServer addresses (namesrvAddr), ';'-separated")
+            p.add_argument("--data-dir", help="store root (storePathRootDir)")
+        p.add_argument("--broker-port", type=int, help="listen port (listenPort, default 10911)")
+        p.add_argument("--broker-name", help="brokerName (default broker-a)")
+        p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
+        p.add_argument("--broker-ip", help="address written into message ids (brokerIP1)")
+        p.add_argument("--flush", choices=["async", "sync"], help="flushDiskType")
+
+    p = sub.add_parser("broker", help="run a Broker")
+    broker_options(p, standalone=False)
+    p.set_defaults(func=_run_broker)
+
+    p = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
+    p.add_argument("--data-dir", default="./rocketq-data", help="store root (default "
+                                                               "./rocketq-data)")
+    p.add_argument("--host", default="127.0.0.1", help="NameServer listen address")
+    p.add_argument("--namesrv-port", type=int, default=9876)
+    broker_options(p, standalone=True)
+    p.set_defaults(func=_run_standalone)
+
+    from .admin import add_admin_parser
+
+    add_admin_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_level or ("WARNING" if args.command == "admin" else "INFO"))
+    if args.command == "standalone" and args.broker_port is None:
+        args.broker_port = 10911
+    from ..remoting import run
+
+    try:
+        result = run(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as exc:
+        print(f"rocketq: {exc}", file=sys.stderr)
+        return 1
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

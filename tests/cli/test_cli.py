@@ -1,0 +1,154 @@
+"""The ``rocketq`` command as a user runs it: real processes, signals, SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from rocketq import Message, Producer, PullConsumer
+from rocketq.cli import main
+
+from ..conftest import wait_for
+
+ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args, ready: str, timeout: float = 20) -> subprocess.Popen:
+    proc = subprocess.Popen([*ROCKETQ, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if ready in line:
+            return proc
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"{args} did not start: {proc.stderr.read()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen, sig=signal.SIGINT) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_help_everywhere(capsys):
+    for args in (["--help"], ["standalone", "--help"], ["broker", "--help"],
+                 ["namesrv", "--help"], ["admin", "--help"], ["admin", "topic", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+        assert exc.value.code == 0
+    assert "standalone" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_standalone_serves_admin_and_stops_cleanly_on_ctrl_c(tmp_path, capsys):
+    ns_port, broker_port = free_port(), free_port()
+    data = tmp_path / "data"
+    proc = start(["standalone", "--data-dir", str(data), "--namesrv-port", str(ns_port),
+                  "--broker-port", str(broker_port)], "connect clients")
+    namesrv = f"127.0.0.1:{ns_port}"
+    try:
+        assert (data / "abort").exists()  # running
+        admin = ["admin", "--namesrv", namesrv]
+        assert main([*admin, "topic", "create", "Cli", "--queues", "3"]) == 0
+        assert main([*admin, "send", "Cli", "hi there", "--tags", "t", "--keys", "key-1",
+                     "--count", "2"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("SEND_OK") == 2
+        assert main([*admin, "topic", "list"]) == 0
+        assert "Cli" in capsys.readouterr().out.split()
+        assert main([*admin, "topic", "route", "Cli"]) == 0
+        route = orjson.loads(capsys.readouterr().out)
+        assert route["queueDatas"][0]["writeQueueNums"] == 3
+        assert main([*admin, "topic", "status", "Cli"]) == 0
+        assert len(capsys.readouterr().out.strip().splitlines()) == 4
+        assert main([*admin, "message", "key", "Cli", "key-1"]) == 0
+        assert '"body": "hi there"' in capsys.readouterr().out
+        assert main([*admin, "tail", "Cli", "--from", "first", "--count", "2",
+                     "--timeout", "10"]) == 0
+        assert capsys.readouterr().out.count("hi there") == 2
+        assert main([*admin, "cluster", "list"]) == 0
+        assert f"127.0.0.1:{broker_port}" in capsys.readouterr().out
+        with PullConsumer("cli-group", namesrv=namesrv, from_where="first") as consumer:
+            consumer.subscribe("Cli")
+            consumer.start()
+            got = []
+            wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= 2)
+            consumer.commit()
+        assert main([*admin, "consumer", "progress", "cli-group"]) == 0
+        assert "total lag: 0" in capsys.readouterr().out
+        assert main([*admin, "topic", "delete", "Cli"]) == 0
+    finally:
+        code = stop(proc)
+    assert code == 0
+    assert not (data / "abort").exists()  # clean shutdown
+    assert (data / "config" / "topics.json").exists()
+
+
+@pytest.mark.slow
+def test_broker_killed_with_sigkill_leaves_routes_and_recovers(tmp_path):
+    ns_port, broker_port = free_port(), free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    ns = start(["namesrv", "--port", str(ns_port)], "listening")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerClusterName=TestCluster\nbrokerName=broker-x\n"
+                    f"namesrvAddr={namesrv}\nlistenPort={broker_port}\n"
+                    f"storePathRootDir={tmp_path / 'store'}\nmappedFileSizeCommitLog=4194304\n"
+                    "flushDiskType=ASYNC_FLUSH\n")
+    broker = start(["broker", "-c", str(conf)], "listening")
+    try:
+        with Producer("pg", namesrv=namesrv) as producer:
+            sent = [producer.send(Message("Survive", b"m%d" % i)) for i in range(50)]
+        broker.send_signal(signal.SIGKILL)
+        broker.wait(10)
+        # The NameServer drops the dead broker (its connection closed; the 120 s expiry
+        # would drop it too).
+        from rocketq.client.instance import ClientInstance
+        from rocketq.remoting import run
+
+        async def route():
+            instance = ClientInstance(namesrv)
+            try:
+                return await instance.fetch_route("Survive")
+            finally:
+                await instance.remoting.close()
+
+        assert wait_for(lambda: run(route()) is None, 10)
+        broker = start(["broker", "-c", str(conf)], "listening")
+        assert (tmp_path / "store" / "abort").exists()
+        with PullConsumer("pc", namesrv=namesrv, from_where="first") as consumer:
+            consumer.subscribe("Survive")
+            consumer.start()
+            got = []
+            wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= 50, 15)
+        assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
+    finally:
+        stop(broker)
+        stop(ns)
+
+
+def test_bad_config_is_reported(tmp_path, capsys):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("flushDiskType=SOMETIMES\n")
+    assert main(["broker", "-c", str(conf)]) == 1
+    assert "flushDiskType" in capsys.readouterr().err
+
+
