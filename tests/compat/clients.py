@@ -1,0 +1,62 @@
+"""Existing RocketMQ clients, installed in virtual environments of their own (never into
+rocketq's), and a standalone rocketq in a child process for them to talk to."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from ..cli.test_cli import free_port, start, stop
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "compat"
+
+
+def client_python(name: str, requirement: str) -> str:
+    """The interpreter of a venv holding ``requirement``, created on first use."""
+    home = CACHE / name
+    python = home / "bin" / "python"
+    marker = home / ".installed"
+    if not marker.exists() or marker.read_text() != requirement:
+        venv.EnvBuilder(with_pip=True, clear=True).create(home)
+        proc = subprocess.run([str(python), "-m", "pip", "install", "--quiet", requirement],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            pytest.fail(f"cannot install {requirement}: {proc.stderr[-2000:]}")
+        marker.write_text(requirement)
+    return str(python)
+
+
+class Standalone:
+    """``rocketq standalone`` in a child process on free ports."""
+
+    def __init__(self, data_dir: pathlib.Path) -> None:
+        self.ns_port, self.broker_port = free_port(), free_port()
+        self.proc = start(["standalone", "--data-dir", str(data_dir), "--namesrv-port",
+                           str(self.ns_port), "--broker-port", str(self.broker_port)],
+                          "connect clients")
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.ns_port}"
+
+    def stop(self) -> int:
+        return stop(self.proc)
+
+
+def run_client(python: str, script: str, *args: str, timeout: float = 120
+               ) -> subprocess.CompletedProcess[str]:
+    """Run a client script in its venv; its logs go to a temporary HOME."""
+    env = dict(os.environ)
+    env["HOME"] = str(CACHE / "home")
+    os.makedirs(env["HOME"], exist_ok=True)
+    return subprocess.run([python, "-c", script, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+__all__ = ["Standalone", "client_python", "run_client", "sys"]
