@@ -32,9 +32,9 @@ pull = PullConsumer("CG_CPP_PULL")
 pull.set_namesrv_addr(ns)
 pull.start()
 for msg in pull.pull("CppSmoke", "*", 32):
-    print("PULLED", msg.id, msg.tags.decode(), msg.keys.decode(),
-          (msg.get_property("userprop") or b"").decode(), len(msg.body), msg.body[:5].decode(),
-          flush=True)
+    print("|".join(["PULLED", msg.id, msg.tags.decode(), msg.keys.decode(),
+                    (msg.get_property("userprop") or b"").decode(), str(len(msg.body)),
+                    msg.body[:5].decode()]), flush=True)
 pull.shutdown()
 
 got = []
@@ -67,7 +67,7 @@ def test_cpp_client_sends_and_consumes_back(tmp_path):
     sent = [line.split() for line in lines if line.startswith("SENT")]
     assert len(sent) == 6 and all(s[1] == "0" for s in sent)  # SendStatus.OK
     ids = {s[2] for s in sent[:5]}
-    pulled = [line.split() for line in lines if line.startswith("PULLED")]
+    pulled = [line.split("|") for line in lines if line.startswith("PULLED")]
     assert len(pulled) == 6
     by_id = {p[1]: p for p in pulled}
     assert ids <= set(by_id)  # the client's own ids (UNIQ_KEY) came back
