@@ -338,3 +338,61 @@ def test_topic_admin_and_persistence(cluster, tmp_path):
             await cluster.stop()
 
     run_async(main())
+
+
+def test_random_bytes_on_one_connection_do_not_disturb_another(cluster):
+    """Hypothesis throws arbitrary bytes (and truncated or huge frames) at the broker port;
+    a healthy client on its own connection keeps sending and pulling throughout."""
+    import socket
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    async def start():
+        await cluster.start_namesrv()
+        return await cluster.start_broker()
+
+    loop = asyncio.new_event_loop()
+    broker = loop.run_until_complete(start())
+    import threading
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    host, port = broker.address.split(":")
+
+    def healthy_round_trip(i):
+        async def go():
+            c = RemotingClient()
+            try:
+                r = await c.invoke(broker.address, send_v2("Healthy", b"ok%d" % i))
+                assert r.code == 0
+            finally:
+                await c.close()
+        asyncio.run_coroutine_threadsafe(go(), loop).result(10)
+
+    counter = iter(range(10_000))
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.one_of(
+        st.binary(max_size=200),
+        st.builds(lambda n, rest: n.to_bytes(4, "big", signed=True) + rest,
+                  st.integers(-2**31, 2**31 - 1), st.binary(max_size=64))))
+    def attack(garbage):
+        with socket.create_connection((host, int(port)), timeout=2) as sock:
+            sock.sendall(garbage)
+            sock.settimeout(0.05)
+            try:
+                sock.recv(4096)
+            except (TimeoutError, ConnectionResetError):
+                pass
+        healthy_round_trip(next(counter))
+
+    try:
+        attack()
+        assert broker.store.wait_dispatched()
+        assert broker.store.get_max_offset("Healthy", 0) >= 60
+    finally:
+        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
