@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
@@ -38,6 +38,24 @@ V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
             RequestCode.SEND_REPLY_MESSAGE_V2)
 
 
+class _HeaderKeys(NamedTuple):
+    topic: str
+    default_topic: str
+    default_queue_nums: str
+    queue_id: str
+    sysflag: str
+    born: str
+    flag: str
+    properties: str
+    reconsume: str
+    batch: str
+
+
+_V2_KEYS = _HeaderKeys("b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
+_LONG_KEYS = _HeaderKeys("topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+                         "bornTimestamp", "flag", "properties", "reconsumeTimes", "batch")
+
+
 def send_header(cmd: RemotingCommand) -> dict[str, str]:
     """The send header under its long names, whichever form the client used."""
     if cmd.code in V2_CODES:
@@ -64,6 +82,7 @@ class SendProcessor:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self._valid_topics: set[str] = set()
         self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02"
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
@@ -71,21 +90,25 @@ class SendProcessor:
     def handle(self, conn: Connection, cmd: RemotingCommand):
         """Answer at once when the store need not wait for a flush, else return a coroutine."""
         broker = self.broker
-        header = send_header(cmd)
-        topic = header.get("topic") or ""
-        try:
-            validate_topic(topic)
-        except IllegalTopicError as exc:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        ext = cmd.ext_fields
+        names = _V2_KEYS if cmd.code in V2_CODES else _LONG_KEYS
+        topic = ext.get(names.topic) or ""
+        if topic not in self._valid_topics:
+            try:
+                validate_topic(topic)
+            except IllegalTopicError as exc:
+                return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+            if len(self._valid_topics) < 100_000:
+                self._valid_topics.add(topic)
         if not broker.config.brokerPermission & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{broker.config.brokerName}] sending message "
                                        "is forbidden")
-        topic_config = broker.topics.get(topic)
+        topic_config = broker.topics.topics.get(topic)
         if topic_config is None:
             topic_config = broker.topics.create_in_send(
-                topic, header.get("defaultTopic") or "TBW102",
-                _int(header, "defaultTopicQueueNums", 4))
+                topic, ext.get(names.default_topic) or "TBW102",
+                _int(ext, names.default_queue_nums, 4))
             if topic_config is None:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                     remark=f"topic[{topic}] not exist, apply first please!")
@@ -93,7 +116,14 @@ class SendProcessor:
         if not topic_config.perm & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the topic[{topic}] sending message is forbidden")
-        queue_id = _int(header, "queueId", 0)
+        try:
+            queue_id = int(ext.get(names.queue_id) or 0)
+            sysflag = int(ext.get(names.sysflag) or 0)
+            born = int(ext.get(names.born) or 0)
+            flag = int(ext.get(names.flag) or 0)
+            reconsume = int(ext.get(names.reconsume) or 0)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=f"bad header: {exc}")
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums)
         elif queue_id >= topic_config.write_queue_nums:
@@ -101,35 +131,38 @@ class SendProcessor:
                                 remark=f"request queueId[{queue_id}] is illegal, topic "
                                        f"{topic} has {topic_config.write_queue_nums} write "
                                        "queues")
-        props = header.get("properties") or ""
-        sysflag = _int(header, "sysFlag", 0)
-        born = _int(header, "bornTimestamp", 0)
-        born_host = conn.attributes.get("peer_ip")
+        props = ext.get(names.properties) or ""
+        attrs = conn.attributes
+        born_host = attrs.get("peer_ip")
         if born_host is None:
-            born_host = conn.attributes["peer_ip"] = _ip_bytes(conn.peer[0])
-        common = dict(flag=_int(header, "flag", 0), sysflag=sysflag, born_timestamp=born,
-                      born_host=born_host, born_port=conn.peer[1],
-                      reconsume_times=_int(header, "reconsumeTimes", 0))
-        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or _bool(header, "batch")
-        try:
-            if batch:
-                messages = [
-                    StoreMessage(topic, body, queue_id,
-                                 properties=(element_props + self.cluster_property).encode(),
-                                 **common | {"flag": flag})
-                    for flag, body, element_props in decode_batch(cmd.body)]
-                if not messages:
-                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            else:
-                raw_props = (props + self.cluster_property).encode()
-                if len(raw_props) > MAX_PROPERTIES_SIZE:
-                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                        remark=f"message properties are {len(raw_props)} "
-                                               f"bytes; the limit is {MAX_PROPERTIES_SIZE}")
-                messages = [StoreMessage(topic, cmd.body, queue_id, properties=raw_props,
-                                         **common)]
-        except MessageFormatError as exc:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"bad batch: {exc}")
+            born_host = attrs["peer_ip"] = _ip_bytes(conn.peer[0])
+        born_port = conn.peer[1]
+        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
+            (ext.get(names.batch) or "").lower() in ("true", "1"))
+        cluster = self.cluster_property
+        if batch:
+            try:
+                elements = decode_batch(cmd.body)
+            except MessageFormatError as exc:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"bad batch: {exc}")
+            if not elements:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            messages = [StoreMessage(topic, body, queue_id,
+                                     properties=(element_props + cluster).encode(),
+                                     flag=element_flag, sysflag=sysflag, born_timestamp=born,
+                                     born_host=born_host, born_port=born_port,
+                                     reconsume_times=reconsume)
+                        for element_flag, body, element_props in elements]
+        else:
+            raw_props = (props + cluster).encode()
+            if len(raw_props) > MAX_PROPERTIES_SIZE:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                    remark=f"message properties are {len(raw_props)} "
+                                           f"bytes; the limit is {MAX_PROPERTIES_SIZE}")
+            messages = [StoreMessage(topic, cmd.body, queue_id, properties=raw_props,
+                                     flag=flag, sysflag=sysflag, born_timestamp=born,
+                                     born_host=born_host, born_port=born_port,
+                                     reconsume_times=reconsume)]
         store = broker.store
         if store.config.sync_flush:
             return self._put_async(cmd, messages, queue_id, batch)
@@ -165,10 +198,10 @@ class SendProcessor:
                 else ResponseCode.SUCCESS)
         uniq = property_value(messages[0].properties, b"UNIQ_KEY")
         self.broker.stats.put(len(results), messages[0].topic)
-        return cmd.response(code, {
+        return cmd.response_text(code, {
             "msgId": ",".join(r.msg_id for r in results) if batch else first.msg_id,
-            "queueId": queue_id,
-            "queueOffset": first.queue_offset,
+            "queueId": str(queue_id),
+            "queueOffset": str(first.queue_offset),
             "transactionId": uniq.decode() if uniq else "",
             "MSG_REGION": self.region,
             "TRACE_ON": self.trace_on,

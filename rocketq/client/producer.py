@@ -95,6 +95,7 @@ class AsyncProducer:
         self.fault = LatencyFaultTolerance() if latency_fault_tolerance else None
         self.default_topic_queue_nums = default_topic_queue_nums
         self._counter = itertools.count()
+        self._valid_topics: set[str] = set()
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -130,10 +131,13 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ validation
     def _validate(self, message: Message) -> None:
-        try:
-            validate_topic(message.topic)
-        except IllegalTopicError as exc:
-            raise MessageValidationError(str(exc)) from None
+        if message.topic not in self._valid_topics:
+            try:
+                validate_topic(message.topic)
+            except IllegalTopicError as exc:
+                raise MessageValidationError(str(exc)) from None
+            if len(self._valid_topics) < 10_000:
+                self._valid_topics.add(message.topic)
         if message.topic == AUTO_CREATE_TOPIC_KEY:
             raise MessageValidationError(f"the topic {message.topic} is reserved by the system")
         if not message.body:

@@ -44,7 +44,7 @@ def next_opaque() -> int:
 
 def _text(value: Any) -> str:
     """extFields values are strings on the wire; C++ and Go read nothing else."""
-    if isinstance(value, str):
+    if type(value) is str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -86,6 +86,21 @@ class RemotingCommand:
         """The response to this request: same opaque, RESPONSE flag, JSON header."""
         return RemotingCommand(code, ext_fields, body, opaque=self.opaque, flag=FLAG_RESPONSE,
                                remark=remark)
+
+    def response_text(self, code: int, ext_fields: dict[str, str]) -> RemotingCommand:
+        """A response whose extFields are already all strings (the hot paths' shortcut)."""
+        cmd = RemotingCommand.__new__(RemotingCommand)
+        cmd.code = code
+        cmd.ext_fields = ext_fields
+        cmd.body = b""
+        cmd.opaque = self.opaque
+        cmd.flag = FLAG_RESPONSE
+        cmd.remark = None
+        cmd.language = "PYTHON"
+        cmd.version = CURRENT_VERSION
+        cmd.serialize_type = SERIALIZE_JSON
+        cmd.body_parts = None
+        return cmd
 
     # ------------------------------------------------------------------ properties
     @property
@@ -182,7 +197,7 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
         raise ProtocolError(
             f"header length {header_length} exceeds the frame ({len(view) - 4} bytes)")
     header = view[4:4 + header_length]
-    body = view[4 + header_length:].tobytes()
+    body = view[4 + header_length:].tobytes() if 4 + header_length < len(view) else b""
     if serialize_type == SERIALIZE_JSON:
         cmd = _decode_json_header(header)
     elif serialize_type == SERIALIZE_ROCKETMQ:
@@ -194,32 +209,46 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
     return cmd
 
 
-def _decode_json_header(header: memoryview) -> RemotingCommand:
+def _decode_json_header(header: memoryview | bytes) -> RemotingCommand:
     try:
         data = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"header is not JSON: {exc}") from None
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         raise ProtocolError("header is not a JSON object")
     code = data.get("code")
     opaque = data.get("opaque", 0)
     flag = data.get("flag", 0)
     version = data.get("version", 0)
-    for name, value in (("code", code), ("opaque", opaque), ("flag", flag),
-                        ("version", version)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ProtocolError(f"header field {name!r} is not an integer")
+    if not (type(code) is int and type(opaque) is int and type(flag) is int
+            and type(version) is int):
+        for name, value in (("code", code), ("opaque", opaque), ("flag", flag),
+                            ("version", version)):
+            if type(value) is not int:
+                raise ProtocolError(f"header field {name!r} is not an integer")
     ext = data.get("extFields") or {}
-    if not isinstance(ext, dict):
+    if type(ext) is not dict:
         raise ProtocolError("extFields is not an object")
+    for value in ext.values():
+        if type(value) is not str:
+            # C++ clients send some numbers bare; everything is a string from here on.
+            ext = {str(k): _text(v) for k, v in ext.items() if v is not None}
+            break
     language = data.get("language", "OTHER")
-    if isinstance(language, int):
+    if type(language) is int:
         language = _LANGUAGE_NAMES.get(language, "OTHER")
     remark = data.get("remark")
-    cmd = RemotingCommand(code, None, opaque=opaque, flag=flag,
-                          remark=remark if isinstance(remark, str) else None,
-                          language=str(language), version=version)
-    cmd.ext_fields = {str(k): _text(v) for k, v in ext.items() if v is not None}
+    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd.code = code
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.version = version
+    cmd.language = language if type(language) is str else str(language)
+    cmd.remark = remark if type(remark) is str else None
+    cmd.ext_fields = ext
+    cmd.body = b""
+    cmd.serialize_type = SERIALIZE_JSON
+    cmd.body_parts = None
     return cmd
 
 

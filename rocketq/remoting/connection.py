@@ -62,6 +62,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._out: list[bytes | memoryview] | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -80,7 +81,7 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         for cmd in commands:
-            if cmd.is_response:
+            if cmd.flag & 1:  # a response
                 fut = self.pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
@@ -166,14 +167,28 @@ class Connection(asyncio.Protocol):
             if cmd.body_parts is not None:
                 self.send_with_body(cmd, cmd.body_parts)
             else:
-                self.transport.write(encode(cmd))
+                self._write(encode(cmd))
 
     def send_with_body(self, cmd: RemotingCommand, parts: Sequence[bytes | memoryview]) -> None:
         """Write a command whose body is ``parts`` back to back, without joining them."""
         if self.is_open:
             assert self.transport is not None
             size = sum(len(p) for p in parts)
-            self.transport.writelines([encode_prefix(cmd, size), *parts])
+            self._write(encode_prefix(cmd, size), *parts)
+
+    def _write(self, *chunks: bytes | memoryview) -> None:
+        """Queue frames and write them together once this loop iteration is done, so a burst
+        of requests or answers costs one system call, not one each."""
+        out = self._out
+        if out is None:
+            out = self._out = []
+            self.loop.call_soon(self._flush)
+        out.extend(chunks)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, None
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is over its high-water mark."""
@@ -189,13 +204,16 @@ class Connection(asyncio.Protocol):
         fut: asyncio.Future[RemotingCommand] = self.loop.create_future()
         self.pending[cmd.opaque] = fut
         self.send(cmd)
+        # A timer handle is much cheaper than wait_for on this hot path.
+        timer = self.loop.call_later(timeout, _expire, fut)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await fut
         except TimeoutError:
             raise RemotingTimeoutError(
                 f"no response to request {cmd.code} from {self.peer[0]}:{self.peer[1]} "
                 f"within {timeout:.1f} s") from None
         finally:
+            timer.cancel()
             self.pending.pop(cmd.opaque, None)
 
     def oneway(self, cmd: RemotingCommand) -> None:
@@ -213,3 +231,8 @@ class Connection(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"Connection({self.peer[0]}:{self.peer[1]})"
+
+
+def _expire(fut: asyncio.Future[RemotingCommand]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
