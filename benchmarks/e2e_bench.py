@@ -89,7 +89,9 @@ async def bench_sync(namesrv: str, topic: str, count: int) -> dict[str, float]:
             "p99_ms": percentile(latencies, 0.99)}
 
 
-async def bench_pipelined(namesrv: str, topic: str, count: int, window: int) -> float:
+async def bench_pipelined(namesrv: str, topic: str, count: int, window: int
+                          ) -> tuple[float, int]:
+    """Throughput with ``window`` sends in flight, and how many messages were sent."""
     async with Producer("bench-async", namesrv=namesrv) as producer:
         await producer.send(Message(topic, BODY))
 
@@ -97,9 +99,10 @@ async def bench_pipelined(namesrv: str, topic: str, count: int, window: int) -> 
             for _ in range(n):
                 await producer.send(Message(topic, BODY))
 
+        per_worker = max(1, count // window)
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker(count // window) for _ in range(window)))
-        return (count // window) * window / (time.perf_counter() - t0)
+        await asyncio.gather(*(worker(per_worker) for _ in range(window)))
+        return per_worker * window / (time.perf_counter() - t0), per_worker * window + 1
 
 
 async def bench_batch(namesrv: str, topic: str, count: int, size: int, window: int) -> float:
@@ -165,9 +168,8 @@ async def main_async(args: argparse.Namespace, namesrv: str) -> dict[str, float]
     await create_topic(namesrv, "BenchAsync", 8)
     await create_topic(namesrv, "BenchBatch", 8)
     sync = await bench_sync(namesrv, "BenchSync", args.sync_count)
-    pipelined = await bench_pipelined(namesrv, "BenchAsync", args.count, args.window)
+    pipelined, total = await bench_pipelined(namesrv, "BenchAsync", args.count, args.window)
     batch = await bench_batch(namesrv, "BenchBatch", args.count, 32, 16)
-    total = args.count + 1
     push = await bench_push(namesrv, "BenchAsync", total)
     pull = await bench_pull(namesrv, "BenchAsync", total)
     return {
