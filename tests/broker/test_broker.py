@@ -396,3 +396,30 @@ def test_random_bytes_on_one_connection_do_not_disturb_another(cluster):
         asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+def test_lite_pull_code_and_broker_unregistration(cluster):
+    async def main():
+        ns = await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        c = RemotingClient()
+        try:
+            await c.invoke(broker.address, send_v2("Lite", b"x"))
+            await dispatched(broker)
+            cmd = pull("Lite", 0, 0, sysflag=0x16)
+            cmd.code = RC.LITE_PULL_MESSAGE
+            r = await c.invoke(broker.address, cmd)
+            assert r.code == 0 and decode_records(r.body)[0].body == b"x"
+            # UNREGISTER_BROKER takes the broker off the NameServer's routes.
+            r = await c.invoke(ns.address, RemotingCommand.request(RC.UNREGISTER_BROKER, {
+                "brokerName": "broker-a", "brokerAddr": broker.address,
+                "clusterName": "DefaultCluster", "brokerId": 0}))
+            assert r.code == 0
+            r = await c.invoke(ns.address, RemotingCommand.request(
+                RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Lite"}))
+            assert r.code == 17
+        finally:
+            await c.close()
+            await cluster.stop()
+
+    run_async(main())

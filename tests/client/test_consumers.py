@@ -330,3 +330,31 @@ def test_consumer_options_are_checked(bad):
 def test_message_queue_is_orderable_and_printable():
     a, b = MessageQueue("T", "a", 1), MessageQueue("T", "a", 2)
     assert sorted([b, a]) == [a, b] and str(a) == "T@a:1"
+
+
+def test_flow_control_caps_messages_held_per_queue(servers):
+    servers.create_topic("Slow", 1)
+    send_many(servers, "Slow", 200)
+    release = threading.Event()
+    held = []
+
+    def slow(msgs):
+        release.wait(10)
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer("slowg", namesrv=servers.namesrv, from_where="first",
+                            pull_threshold_for_queue=40, pull_batch_size=16,
+                            consume_thread_min=2, consume_thread_max=2)
+    consumer.subscribe("Slow")
+    consumer.register(slow)
+    try:
+        consumer.start()
+        pq_of = consumer._async.process_queues
+        assert wait_for(lambda: any(q.topic == "Slow" for q in pq_of))
+        time.sleep(1.0)
+        held = [pq.count for q, pq in pq_of.items() if q.topic == "Slow"]
+        # The pulls stopped once the queue held its threshold (plus one batch in flight).
+        assert held and 0 < held[0] <= 40 + 16
+    finally:
+        release.set()
+        consumer.shutdown()
