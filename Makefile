@@ -25,6 +25,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
+	$(BIN)/python benchmarks/e2e_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
