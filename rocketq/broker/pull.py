@@ -115,6 +115,7 @@ class PullProcessor:
             commit = cmd.int_field("commitOffset", -1)
             if commit >= 0:
                 broker.offsets.commit(group, topic, queue_id, commit)
+        broker.store.catch_up()
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, sub.codes)
         status = result.status
         if status is GetStatus.FOUND:

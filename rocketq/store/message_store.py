@@ -406,11 +406,14 @@ class MessageStore:
         """How far the dispatcher has read the CommitLog."""
         return self._dispatcher.reput_offset
 
-    def dispatch(self) -> int:
+    def dispatch(self, wait: float | None = None) -> int:
         """Build ConsumeQueue units and index entries for every record not yet dispatched;
-        return how many records were dispatched."""
+        return how many records were dispatched. ``wait`` bounds the seconds to wait for a
+        busy dispatcher (which is dispatching those records anyway)."""
         total = 0
-        with self._dispatch_lock:
+        if not self._dispatch_lock.acquire(timeout=-1 if wait is None else wait):
+            return 0
+        try:
             while True:
                 end = self.commitlog.max_offset
                 if self._dispatcher.reput_offset >= end:
@@ -421,6 +424,8 @@ class MessageStore:
                     self._notify(grown)
                 if not count:
                     break
+        finally:
+            self._dispatch_lock.release()
         if total:
             with self._dispatched_cond:
                 self._dispatched_cond.notify_all()
@@ -433,6 +438,12 @@ class MessageStore:
                     listener(topic, queue_id, max_offset)
                 except Exception:
                     log.exception("dispatch listener %r failed", listener)
+
+    def catch_up(self) -> None:
+        """Dispatch what the CommitLog holds beyond the ConsumeQueues, unless the dispatcher
+        is at it: a read right after a write then sees the write."""
+        if self._dispatcher.reput_offset < self.commitlog.max_offset:
+            self.dispatch(wait=0.05)
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 5.0) -> bool:
         """Block until everything up to ``offset`` (default: the CommitLog end) is dispatched."""

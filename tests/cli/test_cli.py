@@ -25,6 +25,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SMALL_FILES = ("mappedFileSizeCommitLog=8388608\nmaxHashSlotNum=4096\nmaxIndexNum=16384\n"
+               "mappedFileSizeConsumeQueue=60000\n")
+
+
+def small_conf(directory, extra: str = "") -> str:
+    """A broker.conf with small store files, so tests do not preallocate gigabytes."""
+    path = directory / "small-broker.conf"
+    path.write_text(SMALL_FILES + extra)
+    return str(path)
+
+
 def start(args, ready: str, timeout: float = 20) -> subprocess.Popen:
     proc = subprocess.Popen([*ROCKETQ, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -63,7 +74,8 @@ def test_standalone_serves_admin_and_stops_cleanly_on_ctrl_c(tmp_path, capsys):
     ns_port, broker_port = free_port(), free_port()
     data = tmp_path / "data"
     proc = start(["standalone", "--data-dir", str(data), "--namesrv-port", str(ns_port),
-                  "--broker-port", str(broker_port)], "connect clients")
+                  "--broker-port", str(broker_port), "-c", small_conf(tmp_path)],
+                 "connect clients")
     namesrv = f"127.0.0.1:{ns_port}"
     try:
         assert (data / "abort").exists()  # running
@@ -111,7 +123,7 @@ def test_broker_killed_with_sigkill_leaves_routes_and_recovers(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text(f"brokerClusterName=TestCluster\nbrokerName=broker-x\n"
                     f"namesrvAddr={namesrv}\nlistenPort={broker_port}\n"
-                    f"storePathRootDir={tmp_path / 'store'}\nmappedFileSizeCommitLog=4194304\n"
+                    f"storePathRootDir={tmp_path / 'store'}\n{SMALL_FILES}"
                     "flushDiskType=ASYNC_FLUSH\n")
     broker = start(["broker", "-c", str(conf)], "listening")
     try:

@@ -11,7 +11,7 @@ import venv
 
 import pytest
 
-from ..cli.test_cli import free_port, start, stop
+from ..cli.test_cli import free_port, small_conf, start, stop
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "compat"
@@ -37,9 +37,10 @@ class Standalone:
 
     def __init__(self, data_dir: pathlib.Path) -> None:
         self.ns_port, self.broker_port = free_port(), free_port()
+        data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = start(["standalone", "--data-dir", str(data_dir), "--namesrv-port",
-                           str(self.ns_port), "--broker-port", str(self.broker_port)],
-                          "connect clients")
+                           str(self.ns_port), "--broker-port", str(self.broker_port),
+                           "-c", small_conf(data_dir.parent)], "connect clients")
 
     @property
     def namesrv(self) -> str:

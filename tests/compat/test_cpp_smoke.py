@@ -31,10 +31,15 @@ producer.shutdown()
 pull = PullConsumer("CG_CPP_PULL")
 pull.set_namesrv_addr(ns)
 pull.start()
-for msg in pull.pull("CppSmoke", "*", 32):
-    print("|".join(["PULLED", msg.id, msg.tags.decode(), msg.keys.decode(),
-                    (msg.get_property("userprop") or b"").decode(), str(len(msg.body)),
-                    msg.body[:5].decode()]), flush=True)
+pulled = 0
+deadline = time.time() + 20
+while pulled < 6 and time.time() < deadline:  # pulls do not wait: go round until all came
+    for msg in pull.pull("CppSmoke", "*", 32):
+        pulled += 1
+        print("|".join(["PULLED", msg.id, msg.tags.decode(), msg.keys.decode(),
+                        (msg.get_property("userprop") or b"").decode(), str(len(msg.body)),
+                        msg.body[:5].decode()]), flush=True)
+    time.sleep(0.1)
 pull.shutdown()
 
 got = []
