@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 import zlib
 from typing import Any
@@ -16,11 +17,13 @@ from .. import __version__
 from ..protocol import fastjson
 from ..protocol.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
-from ..protocol.topic import IllegalTopicError, retry_topic, validate_topic
+from ..protocol.message import Property, encode_properties
+from ..protocol.topic import IllegalTopicError, dlq_topic, retry_topic, validate_topic
 from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer
-from ..store import MessageStore, MessageStoreConfig
+from ..store import MessageStore, MessageStoreConfig, StoreMessage
 from .clients import ClientManager, ConsumerGroup
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, load_broker_conf
+from .delay import ScheduleService, to_schedule
 from .offsets import ConsumerOffsetManager
 from .pull import PullProcessor
 from .send import SendProcessor
@@ -76,6 +79,7 @@ class Broker:
         self.stats = Stats()
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
+        self.schedule = ScheduleService(self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
         self._register_soon: asyncio.Event | None = None
@@ -87,6 +91,7 @@ class Broker:
             RequestCode.PULL_MESSAGE: self.pull.handle,
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.HEART_BEAT: self._heartbeat,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
             RequestCode.UNREGISTER_CLIENT: self._unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
@@ -127,7 +132,8 @@ class Broker:
         self._register_soon = asyncio.Event()
         await self.register_all()  # routes exist by the time start() returns
         self._tasks = [self.loop.create_task(self._register_loop()),
-                       self.loop.create_task(self._housekeeping())]
+                       self.loop.create_task(self._housekeeping()),
+                       self.loop.create_task(self.schedule.run())]
         log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
                  self.config.brokerName, self.config.brokerClusterName, self.address,
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
@@ -148,6 +154,7 @@ class Broker:
         self.pull.stop()
         await self.server.stop()
         self.offsets.persist(force=True)
+        self.schedule.persist()
         if self.store is not None:
             await asyncio.to_thread(self.store.close)
         log.info("broker %s stopped", self.config.brokerName)
@@ -158,6 +165,7 @@ class Broker:
         while not self._stopping:
             await asyncio.sleep(cfg.flushConsumerOffsetInterval / 1000)
             await asyncio.to_thread(self.offsets.persist)
+            await asyncio.to_thread(self.schedule.persist)
             if time.monotonic() - last_expire >= 10:
                 last_expire = time.monotonic()
                 self.clients.expire(cfg.channelExpiredTimeout / 1000)
@@ -242,6 +250,60 @@ class Broker:
         if created:
             self.topics_changed()
         return cmd.response(ResponseCode.SUCCESS)
+
+    def dead_letter_topic(self, group: str) -> str:
+        """The group's dead-letter topic, created on first use."""
+        topic = dlq_topic(group)
+        if self.topics.get(topic) is None:
+            self.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+            self.topics_changed()
+        return topic
+
+    async def _send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: a consumer failed a message; store it again for the group's
+        retry topic with a delay that grows with each attempt, or in its dead-letter queue
+        once it has been tried ``maxReconsumeTimes`` times."""
+        group = cmd.field("group") or ""
+        offset = cmd.int_field("offset")
+        record = self.store.look_message_by_offset(offset)
+        if record is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"look message by offset failed, {offset}")
+        if not group:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                remark="the group is missing")
+        retry = retry_topic(group)
+        if self.topics.get(retry) is None:
+            self.topics.create_system(retry, 1, PERM_READ | PERM_WRITE)
+            self.topics_changed()
+        delay_level = cmd.int_field("delayLevel", 0)
+        max_times = cmd.int_field("maxReconsumeTimes", 16)
+        times = record.reconsume_times
+        props = dict(record.properties)
+        props.setdefault(Property.RETRY_TOPIC, record.topic)
+        props.setdefault(Property.ORIGIN_MESSAGE_ID,
+                         cmd.field("originMsgId") or record.msg_id)
+        props.pop(Property.DELAY, None)
+        levels = len(self.store_config.delay_levels_ms)
+        if times >= max_times or delay_level < 0:
+            topic, queue_id = self.dead_letter_topic(group), 0
+            encoded = encode_properties(props)
+        else:
+            level = delay_level if delay_level > 0 else 3 + times
+            topic, queue_id, encoded = to_schedule(retry, 0, encode_properties(props),
+                                                   level, levels)
+        message = StoreMessage(
+            topic, record.body, queue_id,
+            properties=(encoded + self.send.cluster_property).encode(), flag=record.flag,
+            sysflag=record.sysflag, born_timestamp=record.born_timestamp,
+            born_host=socket.inet_aton(record.born_host[0]), born_port=record.born_host[1],
+            reconsume_times=times + 1)
+        try:
+            await self.store.put_messages_async([message])
+        except Exception as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"send back failed: {exc}")
+        self.schedule.wake()
+        return cmd.response()
 
     def _notify_consumers(self, group: ConsumerGroup) -> None:
         cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,

@@ -16,13 +16,16 @@ from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
     MessageFormatError,
     decode_batch,
+    decode_properties,
+    encode_properties,
     property_value,
 )
-from ..protocol.topic import IllegalTopicError, validate_topic
+from ..protocol.topic import RETRY_GROUP_TOPIC_PREFIX, IllegalTopicError, validate_topic
 from ..remoting import Connection
 from ..store import DiskFullError, MessageIllegalError, PutResult, PutStatus, StoreMessage
 from ..store.errors import StoreClosedError
 from .config import PERM_WRITE
+from .delay import delay_level_of, is_delayable, to_schedule
 
 if TYPE_CHECKING:
     from . import Broker
@@ -49,11 +52,21 @@ class _HeaderKeys(NamedTuple):
     properties: str
     reconsume: str
     batch: str
+    max_reconsume: str
 
 
-_V2_KEYS = _HeaderKeys("b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
+_V2_KEYS = _HeaderKeys("b", "c", "d", "e", "f", "g", "h", "i", "j", "m", "l")
 _LONG_KEYS = _HeaderKeys("topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-                         "bornTimestamp", "flag", "properties", "reconsumeTimes", "batch")
+                         "bornTimestamp", "flag", "properties", "reconsumeTimes", "batch",
+                         "maxReconsumeTimes")
+
+
+def _without_delay(props: str) -> str:
+    if "DELAY\x01" not in props:
+        return props
+    parsed = decode_properties(props)
+    parsed.pop("DELAY", None)
+    return encode_properties(parsed)
 
 
 def send_header(cmd: RemotingCommand) -> dict[str, str]:
@@ -154,6 +167,17 @@ class SendProcessor:
                                      reconsume_times=reconsume)
                         for element_flag, body, element_props in elements]
         else:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                max_times = _int(ext, names.max_reconsume, 16)
+                if reconsume >= max_times:
+                    # Retried too often: the message goes to the group's dead-letter queue.
+                    topic = broker.dead_letter_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                    queue_id = 0
+                    props = _without_delay(props)
+            level = delay_level_of(props) if "DELAY\x01" in props else 0
+            if level > 0 and is_delayable(sysflag):
+                topic, queue_id, props = to_schedule(
+                    topic, queue_id, props, level, len(broker.store_config.delay_levels_ms))
             raw_props = (props + cluster).encode()
             if len(raw_props) > MAX_PROPERTIES_SIZE:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,

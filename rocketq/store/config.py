@@ -45,6 +45,8 @@ class MessageStoreConfig:
     maxMsgsNumBatch: int = 64  # per index query
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
     maxTransferCountOnMessageInMemory: int = 32
+    #: Delays of levels 1..18 for delayed messages and consumer retries.
+    messageDelayLevel: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     #: Host and port written into STOREHOST of each record (the broker's address).
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
@@ -59,10 +61,26 @@ class MessageStoreConfig:
         if self.mappedFileSizeConsumeQueue % 20:
             # RocketMQ rounds the ConsumeQueue file size to whole units the same way.
             self.mappedFileSizeConsumeQueue -= self.mappedFileSizeConsumeQueue % 20
+        if not self.delay_levels_ms:
+            raise ValueError("messageDelayLevel is empty")
         for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
                      "maxHashSlotNum", "maxIndexNum"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        """``messageDelayLevel`` in milliseconds, level 1 first."""
+        units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        out = []
+        for token in self.messageDelayLevel.split():
+            for suffix in ("ms", "s", "m", "h", "d"):
+                if token.endswith(suffix) and token[:-len(suffix)].isdigit():
+                    out.append(int(token[:-len(suffix)]) * units[suffix])
+                    break
+            else:
+                raise ValueError(f"messageDelayLevel has a bad entry {token!r} (use 1s, 5m, 2h)")
+        return out
 
     # Paths, derived as RocketMQ derives them.
     @property

@@ -27,6 +27,8 @@ from .index import IndexService
 _FIELDS = struct.Struct(">ii4xi4xq8xi16xq8x4x8xi")
 _HEADER_SIZE = 88
 _TAGS = b"TAGS\x01"
+_DELAY = b"DELAY\x01"
+_SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 _KEYS = b"KEYS\x01"
 _UNIQ = b"UNIQ_KEY\x01"
 _HIDDEN = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
@@ -47,8 +49,10 @@ class Dispatcher:
     """Builds ConsumeQueue units and index entries from CommitLog records."""
 
     def __init__(self, commitlog: CommitLog, index: IndexService | None,
-                 get_queue: Callable[[str, int], ConsumeQueue]) -> None:
+                 get_queue: Callable[[str, int], ConsumeQueue],
+                 delay_levels_ms: list[int] | None = None) -> None:
         self.commitlog = commitlog
+        self.delay_levels_ms = delay_levels_ms or [1000]
         self.index = index
         self.get_queue = get_queue
         self.reput_offset = 0
@@ -63,6 +67,15 @@ class Dispatcher:
             if len(self._tag_codes) < 65536:
                 self._tag_codes[tags] = code
         return code
+
+    def _deliver_at(self, props: bytes, store_ts: int) -> int:
+        raw = _find_property(props, _DELAY) if props else None
+        levels = self.delay_levels_ms
+        try:
+            level = min(max(int(raw or b"0"), 1), len(levels))
+        except ValueError:
+            return store_ts + 1000
+        return store_ts + levels[level - 1]
 
     def run(self, end: int, index_from: int = -1, limit: int = 8192
             ) -> tuple[int, dict[tuple[str, int], int]]:
@@ -123,7 +136,10 @@ class Dispatcher:
                 phys = base + pos
                 if sysflag & SysFlag.TRANSACTION_MASK not in _HIDDEN:
                     code = 0
-                    if props:
+                    if raw_topic == _SCHEDULE_TOPIC:
+                        # Delayed messages: the unit carries the delivery time, not a tag.
+                        code = self._deliver_at(props, store_ts)
+                    elif props:
                         tags = _find_property(props, _TAGS)
                         if tags:
                             code = tag_codes.get(tags)

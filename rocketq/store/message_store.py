@@ -253,7 +253,8 @@ class MessageStore:
                                   config.maxIndexNum)
         self.checkpoint: Checkpoint | None = None
         self._dispatcher = Dispatcher(
-            self.commitlog, self.index if config.messageIndexEnable else None, self._queue)
+            self.commitlog, self.index if config.messageIndexEnable else None, self._queue,
+            config.delay_levels_ms)
         self._listeners: list[DispatchListener] = []
         self._dispatch_event = threading.Event()
         self._dispatch_lock = threading.Lock()

@@ -1,0 +1,168 @@
+"""Delayed messages by level (RocketMQ's ScheduleMessageService).
+
+A message sent with ``DELAY=n`` is stored in ``SCHEDULE_TOPIC_XXXX`` queue ``n-1`` with its
+real destination in ``REAL_TOPIC``/``REAL_QID``; the dispatcher gives its ConsumeQueue unit the
+delivery time as tag code. This service walks each level's queue in order (all messages of a
+level have the same delay, so due times only grow) and re-puts every due message to its real
+topic and queue. Progress per level is kept in ``config/delayOffset.json``: after a clean
+restart nothing is delivered twice and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ..protocol.message import (
+    MessageRecord,
+    Property,
+    SysFlag,
+    decode_properties,
+    encode_properties,
+)
+from ..protocol.topic import SCHEDULE_TOPIC
+from ..store import StoreMessage
+from .topics import _atomic_write
+
+if TYPE_CHECKING:
+    from . import Broker
+
+log = logging.getLogger("rocketq.broker")
+
+BATCH = 256
+
+
+def delay_level_of(properties: str) -> int:
+    """The DELAY property of an encoded property string (0 when absent or bad)."""
+    i = properties.find("DELAY\x01")
+    while i > 0 and properties[i - 1] != "\x02":
+        i = properties.find("DELAY\x01", i + 1)
+    if i < 0:
+        return 0
+    end = properties.find("\x02", i)
+    try:
+        return int(properties[i + 6:end if end >= 0 else None])
+    except ValueError:
+        return 0
+
+
+def to_schedule(topic: str, queue_id: int, properties: str, level: int, max_level: int
+                ) -> tuple[str, int, str]:
+    """Where a delayed message is stored until it is due: the schedule topic's queue of its
+    level, with the real destination kept in its properties."""
+    level = min(level, max_level)
+    props = decode_properties(properties)
+    props[Property.DELAY] = str(level)
+    props[Property.REAL_TOPIC] = topic
+    props[Property.REAL_QUEUE_ID] = str(queue_id)
+    return SCHEDULE_TOPIC, level - 1, encode_properties(props)
+
+
+def is_delayable(sysflag: int) -> bool:
+    tran = sysflag & SysFlag.TRANSACTION_MASK
+    return tran not in (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
+
+
+def record_to_real(record: MessageRecord) -> StoreMessage:
+    """The message a delayed record becomes when it is due."""
+    props = dict(record.properties)
+    topic = props.get(Property.REAL_TOPIC, record.topic)
+    try:
+        queue_id = int(props.get(Property.REAL_QUEUE_ID, "0"))
+    except ValueError:
+        queue_id = 0
+    for name in (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_MS,
+                 Property.TIMER_DELAY_SEC):
+        props.pop(name, None)
+    return StoreMessage(topic, record.body, queue_id, properties=encode_properties(props),
+                        flag=record.flag, sysflag=record.sysflag,
+                        born_timestamp=record.born_timestamp,
+                        born_host=socket.inet_aton(record.born_host[0]),
+                        born_port=record.born_host[1], reconsume_times=record.reconsume_times,
+                        prepared_transaction_offset=record.prepared_transaction_offset)
+
+
+class ScheduleService:
+    """Delivers due messages of every delay level."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.path = os.path.join(broker.config_dir, "delayOffset.json")
+        self.offsets: dict[int, int] = {}
+        self.delivered = 0
+        self._wake = asyncio.Event()
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as fh:
+                table = orjson.loads(fh.read()).get("offsetTable") or {}
+            self.offsets = {int(k): int(v) for k, v in table.items()}
+
+    @property
+    def levels(self) -> int:
+        return len(self.broker.store_config.delay_levels_ms)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def persist(self) -> None:
+        data = {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
+        _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+    async def run(self) -> None:
+        while not self.broker._stopping:
+            next_due = await self.deliver_due()
+            timeout = 0.1 if next_due is None else max(0.0, min(0.1, next_due - time.time()))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def deliver_due(self) -> float | None:
+        """Re-put every due message; return when the next one falls due (epoch seconds)."""
+        store = self.broker.store
+        now_ms = int(time.time() * 1000)
+        next_due: float | None = None
+        for level in range(1, self.levels + 1):
+            cq = store.consume_queues.get((SCHEDULE_TOPIC, level - 1))
+            if cq is None:
+                continue
+            offset = max(self.offsets.get(level, 0), cq.min_offset)
+            end = cq.max_offset
+            while offset < end:
+                due: list[StoreMessage] = []
+                stop = min(end, offset + BATCH)
+                scanned = offset
+                while scanned < stop:
+                    unit = cq.unit(scanned)
+                    if unit is None:
+                        break
+                    phys, size, deliver_at = unit
+                    if size > 0 and deliver_at > now_ms:
+                        due_s = deliver_at / 1000
+                        next_due = due_s if next_due is None else min(next_due, due_s)
+                        break
+                    record = store.look_message_by_offset(phys) if size > 0 else None
+                    if record is not None:
+                        due.append(record_to_real(record))
+                    scanned += 1
+                if due:
+                    try:
+                        await store.put_messages_async(due)
+                    except Exception:
+                        log.exception("delivering %d delayed message(s) of level %d failed",
+                                      len(due), level)
+                        return time.time() + 1
+                    self.delivered += len(due)
+                if scanned == offset:
+                    break
+                offset = scanned
+                self.offsets[level] = offset
+                if scanned < stop:
+                    break
+        return next_due
