@@ -11,18 +11,27 @@ from .client import (  # noqa: E402
     BrokerError,
     ClientError,
     ConsumeResult,
+    LocalTransactionState,
     Message,
     MessageQueue,
     MessageValidationError,
     ReceivedMessage,
     SendResult,
     SendStatus,
+    TransactionListener,
+    TransactionSendResult,
     select_by_hash,
 )
-from .client.sync import Producer, PullConsumer, PushConsumer  # noqa: E402
+from .client.sync import (  # noqa: E402
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    TransactionProducer,
+)
 
 __all__ = [
-    "BrokerError", "ClientError", "ConsumeResult", "Message", "MessageQueue",
-    "MessageValidationError", "Producer", "PullConsumer", "PushConsumer", "ReceivedMessage",
-    "SendResult", "SendStatus", "__version__", "select_by_hash",
+    "BrokerError", "ClientError", "ConsumeResult", "LocalTransactionState", "Message",
+    "MessageQueue", "MessageValidationError", "Producer", "PullConsumer", "PushConsumer",
+    "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",
+    "TransactionSendResult", "__version__", "select_by_hash",
 ]

@@ -11,6 +11,9 @@ from .client import ConsumeResult, Message, MessageQueue, ReceivedMessage, SendR
 from .client.producer import AsyncProducer as Producer
 from .client.pull import AsyncPullConsumer as PullConsumer
 from .client.push import AsyncPushConsumer as PushConsumer
+from .client.transaction import AsyncTransactionProducer as TransactionProducer
+from .client.transaction import LocalTransactionState
 
-__all__ = ["ConsumeResult", "Message", "MessageQueue", "Producer", "PullConsumer",
-           "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus"]
+__all__ = ["ConsumeResult", "LocalTransactionState", "Message", "MessageQueue", "Producer",
+           "PullConsumer", "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus",
+           "TransactionProducer"]

@@ -28,6 +28,7 @@ from .offsets import ConsumerOffsetManager
 from .pull import PullProcessor
 from .send import SendProcessor
 from .topics import TopicConfig, TopicConfigManager
+from .transaction import TransactionService
 
 log = logging.getLogger("rocketq.broker")
 
@@ -80,6 +81,7 @@ class Broker:
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
         self.schedule = ScheduleService(self)
+        self.transactions = TransactionService(self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
         self._register_soon: asyncio.Event | None = None
@@ -92,6 +94,7 @@ class Broker:
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
+            RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.UNREGISTER_CLIENT: self._unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
@@ -128,12 +131,14 @@ class Broker:
         # Opening the store may scan files after a crash: keep the loop free meanwhile.
         self.store = await asyncio.to_thread(MessageStore, self.store_config)
         self.pull.start(self.loop)
+        await asyncio.to_thread(self.transactions.load)
         await self.server.start()
         self._register_soon = asyncio.Event()
         await self.register_all()  # routes exist by the time start() returns
         self._tasks = [self.loop.create_task(self._register_loop()),
                        self.loop.create_task(self._housekeeping()),
-                       self.loop.create_task(self.schedule.run())]
+                       self.loop.create_task(self.schedule.run()),
+                       self.loop.create_task(self.transactions.run())]
         log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
                  self.config.brokerName, self.config.brokerClusterName, self.address,
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
@@ -155,6 +160,7 @@ class Broker:
         await self.server.stop()
         self.offsets.persist(force=True)
         self.schedule.persist()
+        self.transactions.persist()
         if self.store is not None:
             await asyncio.to_thread(self.store.close)
         log.info("broker %s stopped", self.config.brokerName)

@@ -47,6 +47,9 @@ class BrokerConfig:
     maxMessageSize: int = 4 * 1024 * 1024
     channelExpiredTimeout: int = 120_000  # ms without a heartbeat
     flushConsumerOffsetInterval: int = 5000  # ms
+    transactionTimeOut: int = 6000  # ms before a half message is checked
+    transactionCheckMax: int = 15
+    transactionCheckInterval: int = 30_000  # ms
     regionId: str = "DefaultRegion"
     traceOn: bool = True
     unknown: dict[str, str] = field(default_factory=dict, repr=False)

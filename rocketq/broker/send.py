@@ -15,6 +15,7 @@ from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
     MessageFormatError,
+    SysFlag,
     decode_batch,
     decode_properties,
     encode_properties,
@@ -26,6 +27,7 @@ from ..store import DiskFullError, MessageIllegalError, PutResult, PutStatus, St
 from ..store.errors import StoreClosedError
 from .config import PERM_WRITE
 from .delay import delay_level_of, is_delayable, to_schedule
+from .transaction import to_half
 
 if TYPE_CHECKING:
     from . import Broker
@@ -174,8 +176,14 @@ class SendProcessor:
                     topic = broker.dead_letter_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
                     queue_id = 0
                     props = _without_delay(props)
+            reply_queue_id = queue_id
+            tran = sysflag & SysFlag.TRANSACTION_MASK
+            if tran == SysFlag.TRANSACTION_PREPARED:
+                # A half message: stored out of consumers' sight until END_TRANSACTION.
+                topic, queue_id, props = to_half(topic, queue_id, props)
+                sysflag &= ~SysFlag.TRANSACTION_MASK
             level = delay_level_of(props) if "DELAY\x01" in props else 0
-            if level > 0 and is_delayable(sysflag):
+            if level > 0 and is_delayable(sysflag) and tran != SysFlag.TRANSACTION_PREPARED:
                 topic, queue_id, props = to_schedule(
                     topic, queue_id, props, level, len(broker.store_config.delay_levels_ms))
             raw_props = (props + cluster).encode()
@@ -187,6 +195,7 @@ class SendProcessor:
                                      flag=flag, sysflag=sysflag, born_timestamp=born,
                                      born_host=born_host, born_port=born_port,
                                      reconsume_times=reconsume)]
+            queue_id = reply_queue_id
         store = broker.store
         if store.config.sync_flush:
             return self._put_async(cmd, messages, queue_id, batch)

@@ -10,10 +10,12 @@ from .errors import BrokerError, ClientError, MessageValidationError, NameServer
 from .message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from .producer import select_by_hash
 from .push import ConsumeResult
+from .transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
 __all__ = [
     "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
     "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult", "Message",
     "MessageQueue", "MessageValidationError", "NameServerError", "ReceivedMessage",
-    "SendResult", "SendStatus", "select_by_hash",
+    "SendResult", "SendStatus", "select_by_hash", "LocalTransactionState",
+    "TransactionListener", "TransactionSendResult",
 ]

@@ -153,8 +153,15 @@ class ClientInstance:
         route = await self.fetch_route(topic)
         if route is not None:
             self.routes[topic] = route
+            known = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
             for name, addrs in route.broker_addrs.items():
                 self.broker_addrs[name] = addrs
+            if self.started and any(a not in known for addrs in route.broker_addrs.values()
+                                    for a in addrs.values()):
+                # Tell new brokers who we are now, not at the next 30 s heartbeat: they need
+                # our groups (transaction check-backs, consumer lists) from the first request.
+                task = asyncio.get_running_loop().create_task(self.heartbeat_all())
+                self._tasks.append(task)
         return route
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute | None:

@@ -14,6 +14,7 @@ from .message import Message, MessageQueue, ReceivedMessage, SendResult
 from .producer import AsyncProducer, Selector
 from .pull import AsyncPullConsumer
 from .push import AsyncPushConsumer, Listener
+from .transaction import AsyncTransactionProducer, TransactionListener, TransactionSendResult
 
 T = TypeVar("T")
 
@@ -113,6 +114,31 @@ class Producer:
                    timeout: float | None = None) -> SendResult:
         """Send messages of one topic in one request."""
         return self._loop.run(self._async.send_batch(messages, queue=queue, timeout=timeout))
+
+
+class TransactionProducer(Producer):
+    """A producer of transactional messages; see ``rocketq.aio.TransactionProducer``.
+
+    >>> class Orders:                                                    # doctest: +SKIP
+    ...     def execute_local_transaction(self, message, arg):
+    ...         save_order(arg)
+    ...         return LocalTransactionState.COMMIT
+    ...     def check_local_transaction(self, message):
+    ...         return LocalTransactionState.COMMIT if order_saved(message.keys[0]) \
+    ...             else LocalTransactionState.ROLLBACK
+    >>> with TransactionProducer("tx-group", Orders(), namesrv=NAMESRV) as producer:
+    ...     producer.send_message_in_transaction(Message("Orders", b"..."), arg=order)
+    """
+
+    def __init__(self, group: str, listener: TransactionListener, namesrv: str,
+                 **options: Any) -> None:
+        self._loop = _LoopThread.get()
+        self._async = self._loop.create(
+            lambda: AsyncTransactionProducer(group, listener, namesrv, **options))
+
+    def send_message_in_transaction(self, message: Message, arg: Any = None
+                                    ) -> TransactionSendResult:
+        return self._loop.run(self._async.send_message_in_transaction(message, arg))
 
 
 class PushConsumer:

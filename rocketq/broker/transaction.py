@@ -1,0 +1,242 @@
+"""Transactional messages (RocketMQ's TransactionalMessageService and EndTransactionProcessor).
+
+A prepared message is stored as a *half* message in ``RMQ_SYS_TRANS_HALF_TOPIC`` (invisible to
+consumers), its destination kept in ``REAL_TOPIC``/``REAL_QID``. END_TRANSACTION commits it
+(the real message is written, with the half message's CommitLog offset as its prepared
+offset) or rolls it back; either way an *op* record in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` (tag
+``d``, body = the half queue offset) marks it resolved, so the outcome survives restarts.
+
+Half messages left unresolved longer than ``transactionTimeOut`` are checked: the broker asks a
+live producer of the message's group (CHECK_TRANSACTION_STATE) every
+``transactionCheckInterval``, at most ``transactionCheckMax`` times; then the message is
+discarded to ``TRANS_CHECK_MAX_TIME_TOPIC``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..protocol.message import (
+    MessageRecord,
+    Property,
+    SysFlag,
+    decode_properties,
+    encode_properties,
+    encode_record,
+)
+from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from ..remoting import Connection
+from ..store import StoreMessage
+from .topics import _atomic_write
+
+if TYPE_CHECKING:
+    from . import Broker
+
+log = logging.getLogger("rocketq.broker")
+
+COMMIT = SysFlag.TRANSACTION_COMMIT
+ROLLBACK = SysFlag.TRANSACTION_ROLLBACK
+UNKNOWN = 0
+OP_TAG = "d"
+
+
+def to_half(topic: str, queue_id: int, properties: str) -> tuple[str, int, str]:
+    """Where a prepared message waits: queue 0 of the half topic, destination in properties."""
+    props = decode_properties(properties)
+    props[Property.REAL_TOPIC] = topic
+    props[Property.REAL_QUEUE_ID] = str(queue_id)
+    props[Property.TRANSACTION_ID] = props.get(Property.UNIQ_KEY, "")
+    return TRANS_HALF_TOPIC, 0, encode_properties(props)
+
+
+class TransactionService:
+    """Resolves half messages and checks the ones left open."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.path = os.path.join(broker.config_dir, "transaction.json")
+        #: Half queue offsets below this are all resolved.
+        self.half_offset = 0
+        self.checks: dict[int, int] = {}
+        self.resolved: set[int] = set()
+        self._lock = asyncio.Lock()
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as fh:
+                data = orjson.loads(fh.read())
+            self.half_offset = int(data.get("halfOffset", 0))
+            self.checks = {int(k): int(v) for k, v in (data.get("checks") or {}).items()}
+
+    # ------------------------------------------------------------------ state
+    def load(self) -> None:
+        """Rebuild the resolved set from the op records (they are the source of truth)."""
+        store = self.broker.store
+        offset = store.get_min_offset(TRANS_OP_HALF_TOPIC, 0)
+        end = store.get_max_offset(TRANS_OP_HALF_TOPIC, 0)
+        while offset < end:
+            result = store.get_messages(TRANS_OP_HALF_TOPIC, 0, offset, 256, max_bytes=1 << 20)
+            if not result.buffers:
+                offset = max(result.next_begin_offset, offset + 1)
+                continue
+            for record in result.decode(decompress=False):
+                for part in record.body.decode(errors="replace").split(","):
+                    if part.strip().isdigit():
+                        self.resolved.add(int(part))
+            offset = result.next_begin_offset
+            result.release()
+
+    def persist(self) -> None:
+        data = {"halfOffset": self.half_offset,
+                "checks": {str(k): v for k, v in sorted(self.checks.items())}}
+        _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+    async def _write_op(self, half_queue_offset: int) -> None:
+        message = StoreMessage(TRANS_OP_HALF_TOPIC, str(half_queue_offset).encode(), 0,
+                               properties=encode_properties({Property.TAGS: OP_TAG}),
+                               born_timestamp=int(time.time() * 1000))
+        await self.broker.store.put_messages_async([message])
+        self.resolved.add(half_queue_offset)
+        self.checks.pop(half_queue_offset, None)
+
+    # ------------------------------------------------------------------ END_TRANSACTION
+    async def end_transaction(self, conn: Connection, cmd: RemotingCommand
+                              ) -> RemotingCommand | None:
+        kind = cmd.int_field("commitOrRollback", UNKNOWN)
+        if kind not in (COMMIT, ROLLBACK):
+            return None  # UNKNOWN: wait for a check, answer nothing (as RocketMQ does)
+        store = self.broker.store
+        offset = cmd.int_field("commitLogOffset")
+        record = store.look_message_by_offset(offset)
+        if record is None or record.topic != TRANS_HALF_TOPIC:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"no half message at CommitLog offset {offset}")
+        group = cmd.field("producerGroup") or ""
+        if record.properties.get(Property.PRODUCER_GROUP) not in (None, group):
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark="the producer group does not match the half message")
+        half_offset = record.queue_offset
+        state_offset = cmd.field("tranStateTableOffset")
+        if state_offset not in (None, "") and int(state_offset) != half_offset:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark="tranStateTableOffset does not match the half message")
+        async with self._lock:
+            if half_offset in self.resolved or half_offset < self.half_offset:
+                return cmd.response(ResponseCode.SUCCESS)  # resolved already: idempotent
+            if kind == COMMIT:
+                try:
+                    await store.put_messages_async([self._committed(record)])
+                except Exception as exc:
+                    return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"commit failed: {exc}")
+            await self._write_op(half_offset)
+        log.debug("transaction %s %s", record.properties.get(Property.UNIQ_KEY),
+                  "committed" if kind == COMMIT else "rolled back")
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _committed(self, half: MessageRecord) -> StoreMessage:
+        props = dict(half.properties)
+        topic = props.pop(Property.REAL_TOPIC, half.topic)
+        queue_id = int(props.pop(Property.REAL_QUEUE_ID, "0") or 0)
+        props.pop(Property.TRANSACTION_PREPARED, None)
+        props.pop(Property.TRANSACTION_CHECK_TIMES, None)
+        return StoreMessage(topic, half.body, queue_id, properties=encode_properties(props),
+                            flag=half.flag,
+                            sysflag=(half.sysflag & ~SysFlag.TRANSACTION_MASK) | COMMIT,
+                            born_timestamp=half.born_timestamp,
+                            born_host=socket.inet_aton(half.born_host[0]),
+                            born_port=half.born_host[1], reconsume_times=half.reconsume_times,
+                            prepared_transaction_offset=half.commitlog_offset)
+
+    # ------------------------------------------------------------------ checking
+    async def run(self) -> None:
+        interval = self.broker.config.transactionCheckInterval / 1000
+        while not self.broker._stopping:
+            await asyncio.sleep(interval)
+            try:
+                await self.check_once()
+            except Exception:
+                log.exception("transaction check failed")
+
+    async def check_once(self) -> int:
+        """Ask producers about half messages open too long; return how many were asked."""
+        cfg = self.broker.config
+        store = self.broker.store
+        now = int(time.time() * 1000)
+        end = store.get_max_offset(TRANS_HALF_TOPIC, 0)
+        asked = 0
+        async with self._lock:
+            offset = max(self.half_offset, store.get_min_offset(TRANS_HALF_TOPIC, 0))
+            advancing = True
+            while offset < end:
+                if offset in self.resolved:
+                    if advancing:
+                        self.resolved.discard(offset)
+                        self.half_offset = offset + 1
+                    offset += 1
+                    continue
+                advancing = False
+                result = store.get_messages(TRANS_HALF_TOPIC, 0, offset, 1)
+                records = result.decode(decompress=False)
+                result.release()
+                if not records:
+                    offset += 1
+                    continue
+                half = records[0]
+                immunity = half.properties.get(Property.CHECK_IMMUNITY_TIME_IN_SECONDS)
+                timeout = (int(immunity) * 1000 if immunity and immunity.isdigit()
+                           else cfg.transactionTimeOut)
+                if now - half.store_timestamp < timeout:
+                    break  # younger ones follow
+                count = self.checks.get(offset, 0)
+                if count >= cfg.transactionCheckMax:
+                    await self._discard(half)
+                else:
+                    if self._ask(half):
+                        asked += 1
+                    self.checks[offset] = count + 1
+                offset += 1
+        self.persist()
+        return asked
+
+    async def _discard(self, half: MessageRecord) -> None:
+        log.warning("transaction %s of group %s discarded after %d checks",
+                    half.properties.get(Property.UNIQ_KEY),
+                    half.properties.get(Property.PRODUCER_GROUP),
+                    self.broker.config.transactionCheckMax)
+        if self.broker.topics.get(TRANS_CHECK_MAX_TIME_TOPIC) is None:
+            self.broker.topics.create_system(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+        message = StoreMessage(TRANS_CHECK_MAX_TIME_TOPIC, half.body, 0,
+                               properties=encode_properties(half.properties),
+                               born_timestamp=half.born_timestamp)
+        await self.broker.store.put_messages_async([message])
+        await self._write_op(half.queue_offset)
+
+    def _ask(self, half: MessageRecord) -> bool:
+        group = half.properties.get(Property.PRODUCER_GROUP, "")
+        channel = self.broker.clients.producer_channel(group)
+        if channel is None:
+            return False
+        props = dict(half.properties)
+        real = MessageRecord(
+            topic=props.get(Property.REAL_TOPIC, half.topic), body=half.body,
+            queue_id=int(props.get(Property.REAL_QUEUE_ID, "0") or 0), flag=half.flag,
+            queue_offset=half.queue_offset, commitlog_offset=half.commitlog_offset,
+            sysflag=half.sysflag | SysFlag.TRANSACTION_PREPARED,
+            born_timestamp=half.born_timestamp, born_host=half.born_host,
+            store_timestamp=half.store_timestamp, store_host=half.store_host,
+            reconsume_times=half.reconsume_times, properties=props)
+        uniq = props.get(Property.UNIQ_KEY, "")
+        cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {
+            "topic": real.topic, "tranStateTableOffset": half.queue_offset,
+            "commitLogOffset": half.commitlog_offset, "msgId": uniq,
+            "transactionId": props.get(Property.TRANSACTION_ID) or uniq,
+            "offsetMsgId": half.offset_msg_id}, encode_record(real), oneway=True)
+        channel.connection.oneway(cmd)
+        return True
