@@ -14,6 +14,7 @@ from .client import (  # noqa: E402
     LocalTransactionState,
     Message,
     MessageQueue,
+    MessageSelector,
     MessageValidationError,
     ReceivedMessage,
     SendResult,
@@ -31,7 +32,8 @@ from .client.sync import (  # noqa: E402
 
 __all__ = [
     "BrokerError", "ClientError", "ConsumeResult", "LocalTransactionState", "Message",
-    "MessageQueue", "MessageValidationError", "Producer", "PullConsumer", "PushConsumer",
+    "MessageQueue", "MessageSelector", "MessageValidationError", "Producer", "PullConsumer",
+    "PushConsumer",
     "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",
     "TransactionSendResult", "__version__", "select_by_hash",
 ]

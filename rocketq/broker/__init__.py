@@ -18,6 +18,7 @@ from ..protocol import fastjson
 from ..protocol.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.message import Property, encode_properties
+from ..protocol.sql92 import SqlError, compile_selector
 from ..protocol.topic import IllegalTopicError, dlq_topic, retry_topic, validate_topic
 from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from ..store import MessageStore, MessageStoreConfig, StoreMessage
@@ -95,6 +96,7 @@ class Broker:
             RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
+            RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
             RequestCode.UNREGISTER_CLIENT: self._unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
@@ -309,6 +311,24 @@ class Broker:
         except Exception as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"send back failed: {exc}")
         self.schedule.wake()
+        return cmd.response()
+
+    def _check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """A consumer with a SQL92 subscription asks whether this broker can serve it."""
+        try:
+            body = orjson.loads(cmd.body) if cmd.body else {}
+        except orjson.JSONDecodeError:
+            body = {}
+        sub = body.get("subscriptionData") or {}
+        if str(sub.get("expressionType", "TAG")).upper() == "SQL92":
+            if not self.config.enablePropertyFilter:
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    remark="The broker does not support consumer to filter "
+                                           "message by SQL92")
+            try:
+                compile_selector(str(sub.get("subString") or ""))
+            except SqlError as exc:
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
         return cmd.response()
 
     def _notify_consumers(self, group: ConsumerGroup) -> None:

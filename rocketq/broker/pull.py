@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from ..protocol.codes import ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import EXPRESSION_SQL92, Subscription
+from ..protocol.message import record_properties
+from ..protocol.sql92 import SqlError, compile_selector
 from ..remoting import Connection
 from ..store import GetStatus
 from .config import PERM_READ
@@ -107,16 +109,26 @@ class PullProcessor:
             if sub.sub_version < cmd.int_field("subVersion", 0):
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
                                     remark="the consumer's subscription not latest")
-        if sub.expression_type == EXPRESSION_SQL92 and not broker.config.enablePropertyFilter:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="The broker does not support consumer to filter message "
-                                       "by SQL92")
+        record_filter = None
+        if sub.expression_type == EXPRESSION_SQL92:
+            if not broker.config.enablePropertyFilter:
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    remark="The broker does not support consumer to filter "
+                                           "message by SQL92")
+            try:
+                selector = compile_selector(sub.expression)
+            except SqlError as exc:
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
+
+            def record_filter(view: memoryview) -> bool:
+                return selector(record_properties(view))
         if sysflag & FLAG_COMMIT_OFFSET:
             commit = cmd.int_field("commitOffset", -1)
             if commit >= 0:
                 broker.offsets.commit(group, topic, queue_id, commit)
         broker.store.catch_up()
-        result = broker.store.get_messages(topic, queue_id, offset, max_nums, sub.codes)
+        result = broker.store.get_messages(topic, queue_id, offset, max_nums, sub.codes,
+                                           record_filter)
         status = result.status
         if status is GetStatus.FOUND:
             broker.stats.get(result.message_count)

@@ -7,7 +7,14 @@ from .allocate import (
     AllocateConsistentHash,
 )
 from .errors import BrokerError, ClientError, MessageValidationError, NameServerError
-from .message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from .message import (
+    Message,
+    MessageQueue,
+    MessageSelector,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+)
 from .producer import select_by_hash
 from .push import ConsumeResult
 from .transaction import LocalTransactionState, TransactionListener, TransactionSendResult
@@ -17,5 +24,5 @@ __all__ = [
     "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult", "Message",
     "MessageQueue", "MessageValidationError", "NameServerError", "ReceivedMessage",
     "SendResult", "SendStatus", "select_by_hash", "LocalTransactionState",
-    "TransactionListener", "TransactionSendResult",
+    "TransactionListener", "TransactionSendResult", "MessageSelector",
 ]

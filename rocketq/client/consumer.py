@@ -21,7 +21,7 @@ from ..remoting import RemotingError
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
 from .errors import ClientError
 from .instance import ClientInstance
-from .message import MessageQueue
+from .message import MessageQueue, MessageSelector
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 
 log = logging.getLogger("rocketq.client")
@@ -80,10 +80,14 @@ class GroupConsumer:
         self.rebalancing = True
 
     # ------------------------------------------------------------------ subscriptions
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume ``topic``, keeping messages whose tag matches ``expression``
-        (``"*"``, or tags joined by ``||``)."""
-        self.subscriptions[topic] = Subscription.parse(topic, expression, "TAG",
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume ``topic``, keeping messages whose tag matches ``expression`` (``"*"``, or
+        tags joined by ``||``), or that a ``MessageSelector.by_sql(...)`` condition selects."""
+        if isinstance(expression, MessageSelector):
+            text, kind = expression.expression, expression.type
+        else:
+            text, kind = expression, "TAG"
+        self.subscriptions[topic] = Subscription.parse(topic, text, kind,
                                                        int(time.time() * 1000))
 
     def _all_subscriptions(self) -> dict[str, Subscription]:

@@ -94,6 +94,27 @@ class Message:
         return f"Message({self.topic!r}, {len(self.body)} bytes, properties={self.properties})"
 
 
+@dataclass(frozen=True)
+class MessageSelector:
+    """What a consumer subscribes to: tags (``"*"`` or ``"a || b"``) or a SQL92 condition on
+    properties, evaluated by the broker (which needs ``enablePropertyFilter=true``)."""
+
+    expression: str
+    type: str = "TAG"
+
+    @classmethod
+    def by_tag(cls, expression: str = "*") -> MessageSelector:
+        return cls(expression or "*", "TAG")
+
+    @classmethod
+    def by_sql(cls, expression: str) -> MessageSelector:
+        """A SQL92 selector; a bad expression raises ``SqlError`` here, before subscribing."""
+        from ..protocol.sql92 import compile_selector
+
+        compile_selector(expression)
+        return cls(expression, "SQL92")
+
+
 class SendStatus(enum.Enum):
     SEND_OK = "SEND_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ..remoting import new_event_loop
-from .message import Message, MessageQueue, ReceivedMessage, SendResult
+from .message import Message, MessageQueue, MessageSelector, ReceivedMessage, SendResult
 from .producer import AsyncProducer, Selector
 from .pull import AsyncPullConsumer
 from .push import AsyncPushConsumer, Listener
@@ -155,7 +155,7 @@ class PushConsumer:
         self._loop = _LoopThread.get()
         self._async = self._loop.create(lambda: AsyncPushConsumer(group, namesrv, **options))
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._async.subscribe(topic, expression)
 
     def register(self, listener: Listener) -> None:
@@ -196,7 +196,7 @@ class PullConsumer:
         self._loop = _LoopThread.get()
         self._async = self._loop.create(lambda: AsyncPullConsumer(group, namesrv, **options))
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._async.subscribe(topic, expression)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:

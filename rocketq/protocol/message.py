@@ -367,3 +367,18 @@ def encode_batch(elements: list[tuple[int, bytes, str]]) -> bytes:
         parts.append(len(raw).to_bytes(2, "big"))
         parts.append(raw)
     return b"".join(parts)
+
+
+def record_properties(record: bytes | memoryview) -> dict[str, str]:
+    """The properties of an encoded record, without decoding the rest (for filters)."""
+    view = memoryview(record)
+    magic = int.from_bytes(view[4:8], "big", signed=True)
+    body_len = int.from_bytes(view[84:88], "big", signed=True)
+    p = RECORD_HEADER_SIZE + body_len
+    if magic == MAGIC_V2:
+        topic_len = int.from_bytes(view[p:p + 2], "big")
+        p += 2 + topic_len
+    else:
+        p += 1 + view[p]
+    props_len = int.from_bytes(view[p:p + 2], "big")
+    return decode_properties(view[p + 2:p + 2 + props_len])
