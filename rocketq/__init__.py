@@ -21,6 +21,7 @@ from .client import (  # noqa: E402
     SendStatus,
     TransactionListener,
     TransactionSendResult,
+    create_reply,
     select_by_hash,
 )
 from .client.sync import (  # noqa: E402
@@ -35,5 +36,5 @@ __all__ = [
     "MessageQueue", "MessageSelector", "MessageValidationError", "Producer", "PullConsumer",
     "PushConsumer",
     "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",
-    "TransactionSendResult", "__version__", "select_by_hash",
+    "TransactionSendResult", "__version__", "create_reply", "select_by_hash",
 ]

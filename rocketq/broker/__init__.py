@@ -91,6 +91,8 @@ class Broker:
             RequestCode.SEND_MESSAGE: self.send.handle,
             RequestCode.SEND_MESSAGE_V2: self.send.handle,
             RequestCode.SEND_BATCH_MESSAGE: self.send.handle,
+            RequestCode.SEND_REPLY_MESSAGE: self.send.handle,
+            RequestCode.SEND_REPLY_MESSAGE_V2: self.send.handle,
             RequestCode.PULL_MESSAGE: self.pull.handle,
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.HEART_BEAT: self._heartbeat,

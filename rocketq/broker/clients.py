@@ -148,6 +148,18 @@ class ClientManager:
         g = self.consumers.get(group)
         return g.subscriptions.get(topic) if g else None
 
+    def client_channel(self, client_id: str) -> ClientChannel | None:
+        """The live channel of a client, found by its client id (reply routing)."""
+        for members in self.producers.values():
+            ch = members.get(client_id)
+            if ch is not None and ch.connection.is_open:
+                return ch
+        for group in self.consumers.values():
+            ch = group.channels.get(client_id)
+            if ch is not None and ch.connection.is_open:
+                return ch
+        return None
+
     def producer_channel(self, group: str) -> ClientChannel | None:
         """A live channel of a producer group (for transaction check-backs)."""
         members = self.producers.get(group) or {}

@@ -197,6 +197,8 @@ class SendProcessor:
                                      reconsume_times=reconsume)]
             queue_id = reply_queue_id
         store = broker.store
+        if cmd.code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
+            return self._reply(cmd, ext, names, messages[0])
         if store.config.sync_flush:
             return self._put_async(cmd, messages, queue_id, batch)
         try:
@@ -204,6 +206,40 @@ class SendProcessor:
         except Exception as exc:
             return self._store_error(cmd, exc)
         return self._response(cmd, messages, results, queue_id, batch)
+
+    async def _reply(self, cmd: RemotingCommand, ext: dict[str, str], names: _HeaderKeys,
+                     message: StoreMessage) -> RemotingCommand:
+        """SEND_REPLY_MESSAGE(_V2): store the reply and push it (PUSH_REPLY_MESSAGE_TO_CLIENT)
+        to the requesting client, found by the REPLY_TO_CLIENT property."""
+        props = decode_properties(message.properties.decode())
+        client_id = props.get("REPLY_TO_CLIENT", "")
+        channel = self.broker.clients.client_channel(client_id)
+        try:
+            results = await self.broker.store.put_messages_async([message])
+        except Exception as exc:
+            return self._store_error(cmd, exc)
+        if channel is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"push reply message failed: client {client_id!r} is "
+                                       "not online")
+        store_host = self.broker.address
+        push = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, {
+            "producerGroup": ext.get("a") or ext.get("producerGroup") or "",
+            "topic": message.topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+            "queueId": message.queue_id, "sysFlag": message.sysflag,
+            "bornTimestamp": message.born_timestamp, "flag": message.flag,
+            "properties": message.properties.decode(), "reconsumeTimes": 0, "unitMode": False,
+            "bornHost": f"{cmd_host(message)}", "storeHost": store_host,
+            "storeTimestamp": results[0].store_timestamp}, message.body)
+        try:
+            response = await channel.connection.request(push, 3)
+        except Exception as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"push reply message to {client_id} failed: {exc}")
+        if response.code != ResponseCode.SUCCESS:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"the client refused the reply: {response.remark}")
+        return self._response(cmd, [message], results, message.queue_id, False)
 
     async def _put_async(self, cmd: RemotingCommand, messages: list[StoreMessage],
                          queue_id: int, batch: bool) -> RemotingCommand:
@@ -239,6 +275,11 @@ class SendProcessor:
             "MSG_REGION": self.region,
             "TRACE_ON": self.trace_on,
         })
+
+
+def cmd_host(message: StoreMessage) -> str:
+    import socket
+    return f"{socket.inet_ntoa(message.born_host)}:{message.born_port}"
 
 
 def _ip_bytes(host: str) -> bytes:

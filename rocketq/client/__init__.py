@@ -14,6 +14,7 @@ from .message import (
     ReceivedMessage,
     SendResult,
     SendStatus,
+    create_reply,
 )
 from .producer import select_by_hash
 from .push import ConsumeResult
@@ -24,5 +25,5 @@ __all__ = [
     "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult", "Message",
     "MessageQueue", "MessageValidationError", "NameServerError", "ReceivedMessage",
     "SendResult", "SendStatus", "select_by_hash", "LocalTransactionState",
-    "TransactionListener", "TransactionSendResult", "MessageSelector",
+    "TransactionListener", "TransactionSendResult", "MessageSelector", "create_reply",
 ]

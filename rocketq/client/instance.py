@@ -91,6 +91,9 @@ class ClientInstance:
                                             RemotingCommand | None]] = {}
         self.topics: set[str] = set()
         self.started = False
+        #: Correlation id -> the request waiting for that reply.
+        self.replies: dict[str, asyncio.Future[Any]] = {}
+        self.on_request[RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT] = self._on_reply
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -244,6 +247,36 @@ class ClientInstance:
                     RequestCode.UNREGISTER_CLIENT, cmd_fields), 2)
 
         await asyncio.gather(*(one(a) for a in sorted(addrs)))
+
+    # ------------------------------------------------------------------ replies
+    def expect_reply(self, correlation: str) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.replies[correlation] = fut
+        return fut
+
+    def _on_reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: a reply to one of our requests."""
+        from ..protocol.message import decode_properties
+        from .message import ReceivedMessage
+
+        ext = cmd.ext_fields
+        props = decode_properties(ext.get("properties", ""))
+        fut = self.replies.get(props.get("CORRELATION_ID", ""))
+        if fut is None or fut.done():
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="no request waits for it")
+        host, _, port = (ext.get("bornHost") or ":0").rpartition(":")
+        store_host, _, store_port = (ext.get("storeHost") or ":0").rpartition(":")
+        body = cmd.body
+        if int(ext.get("sysFlag", "0") or 0) & 1:
+            import zlib
+
+            body = zlib.decompress(body)
+        fut.set_result(ReceivedMessage(
+            ext.get("topic", ""), body, int(ext.get("queueId", "0") or 0), -1, -1, "", props,
+            props.get("UNIQ_KEY", ""), "", int(ext.get("bornTimestamp", "0") or 0),
+            int(ext.get("storeTimestamp", "0") or 0), (host, int(port or 0)),
+            (store_host, int(store_port or 0)), int(ext.get("reconsumeTimes", "0") or 0)))
+        return cmd.response()
 
     # ------------------------------------------------------------------ broker requests
     def _handle_request(self, conn: Connection, cmd: RemotingCommand):

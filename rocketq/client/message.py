@@ -191,6 +191,20 @@ class ReceivedMessage:
                    record.store_size, record)
 
 
+def create_reply(request: ReceivedMessage, body: bytes | str) -> Message:
+    """The reply to a request message (send it with any producer)."""
+    props = request.properties
+    correlation = props.get(Property.CORRELATION_ID)
+    client = props.get(Property.REPLY_TO_CLIENT)
+    if not correlation or not client:
+        raise ValueError("the message is not a request (no CORRELATION_ID or REPLY_TO_CLIENT)")
+    reply = Message(f"{props.get(Property.CLUSTER, 'DefaultCluster')}_REPLY_TOPIC", body)
+    reply.properties.update({Property.MSG_TYPE: "reply", Property.CORRELATION_ID: correlation,
+                             Property.REPLY_TO_CLIENT: client,
+                             Property.TTL: props.get(Property.TTL, "3000")})
+    return reply
+
+
 # ---------------------------------------------------------------------------- unique ids
 
 

@@ -8,6 +8,7 @@ broker when one is available.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -28,7 +29,7 @@ from ..protocol.topic import AUTO_CREATE_TOPIC_KEY, IllegalTopicError, validate_
 from ..remoting import RemotingError
 from .errors import BrokerError, ClientError, MessageValidationError
 from .instance import ClientInstance
-from .message import Message, MessageQueue, SendResult, SendStatus, unique_ids
+from .message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus, unique_ids
 
 log = logging.getLogger("rocketq.client")
 
@@ -192,6 +193,26 @@ class AsyncProducer:
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
+    async def request(self, message: Message, timeout: float = 3.0) -> ReceivedMessage:
+        """Send a request and wait for its reply (RocketMQ's request-reply): a consumer of
+        the topic answers with ``create_reply(request, body)``."""
+        correlation = unique_ids.next()
+        message.properties[Property.CORRELATION_ID] = correlation
+        message.properties[Property.REPLY_TO_CLIENT] = self.instance.client_id
+        message.properties[Property.TTL] = str(int(timeout * 1000))
+        waiter = self.instance.expect_reply(correlation)
+        deadline = time.monotonic() + timeout
+        try:
+            await self.instance.publish_route(message.topic, self.default_topic_queue_nums)
+            await self.instance.heartbeat_all()  # the broker must know where to push replies
+            await self.send(message, timeout=timeout)
+            return await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise ClientError(f"no reply to request {correlation} within {timeout:.1f} s"
+                              ) from None
+        finally:
+            self.instance.replies.pop(correlation, None)
+
     async def send_oneway(self, message: Message, *, queue: MessageQueue | None = None,
                           selector: Selector | None = None, arg: Any = None) -> None:
         """Send without waiting for an answer (fastest, no delivery report)."""
@@ -292,7 +313,12 @@ class AsyncProducer:
             # A consumer's hand-back: the retry counters travel in the header.
             ext["j"] = message.properties.get(Property.RECONSUME_TIME, "0")
             ext["l"] = message.properties.get(Property.MAX_RECONSUME_TIMES)
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        if batch:
+            code = RequestCode.SEND_BATCH_MESSAGE
+        elif message.properties.get(Property.MSG_TYPE) == "reply":
+            code = RequestCode.SEND_REPLY_MESSAGE_V2
+        else:
+            code = RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(code, ext, body, oneway=oneway)
         instance = self.instance
         addr = await instance.broker_addr_or_refresh(mq.broker_name, mq.topic)

@@ -104,6 +104,10 @@ class Producer:
             future.add_done_callback(callback)
         return future
 
+    def request(self, message: Message, timeout: float = 3.0) -> ReceivedMessage:
+        """Send a request and return the reply a consumer sent with ``create_reply``."""
+        return self._loop.run(self._async.request(message, timeout), timeout + 30)
+
     def send_oneway(self, message: Message, *, queue: MessageQueue | None = None,
                     selector: Selector | None = None, arg: Any = None) -> None:
         """Send without waiting for any answer."""
