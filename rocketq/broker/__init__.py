@@ -84,6 +84,8 @@ class Broker:
         self.schedule = ScheduleService(self)
         self.transactions = TransactionService(self)
         self._tasks: list[asyncio.Task[Any]] = []
+        #: (group, topic, queue id) -> (client id, last lock time): orderly consumption.
+        self.queue_locks: dict[tuple[str, str, int], tuple[str, float]] = {}
         self._stopping = False
         self._register_soon: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -99,6 +101,8 @@ class Broker:
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
+            RequestCode.LOCK_BATCH_MQ: self._lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
             RequestCode.UNREGISTER_CLIENT: self._unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
@@ -313,6 +317,39 @@ class Broker:
         except Exception as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"send back failed: {exc}")
         self.schedule.wake()
+        return cmd.response()
+
+    LOCK_EXPIRY = 60.0
+
+    def _lock_body(self, cmd: RemotingCommand) -> tuple[str, str, list[dict[str, Any]]]:
+        try:
+            body = orjson.loads(cmd.body) if cmd.body else {}
+        except orjson.JSONDecodeError:
+            raise ProtocolError("lock body is not JSON") from None
+        return (str(body.get("consumerGroup", "")), str(body.get("clientId", "")),
+                list(body.get("mqSet") or []))
+
+    def _lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """LOCK_BATCH_MQ: orderly consumers lock the queues they consume; a lock lasts 60 s
+        unless renewed, and only its holder may renew it."""
+        group, client, queues = self._lock_body(cmd)
+        now = time.monotonic()
+        locked = []
+        for mq in queues:
+            key = (group, str(mq.get("topic", "")), int(mq.get("queueId", 0)))
+            holder = self.queue_locks.get(key)
+            if holder is None or holder[0] == client or now - holder[1] > self.LOCK_EXPIRY:
+                self.queue_locks[key] = (client, now)
+                locked.append(mq)
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": locked}))
+
+    def _unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group, client, queues = self._lock_body(cmd)
+        for mq in queues:
+            key = (group, str(mq.get("topic", "")), int(mq.get("queueId", 0)))
+            holder = self.queue_locks.get(key)
+            if holder is not None and holder[0] == client:
+                del self.queue_locks[key]
         return cmd.response()
 
     def _check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import enum
 import inspect
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,6 +42,8 @@ class ConsumeResult(enum.Enum):
 
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+    #: Orderly consumers: retry the same messages of this queue after a pause, in order.
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 
 
 Listener = Callable[[list[ReceivedMessage]],
@@ -59,6 +62,9 @@ class ProcessQueue:
         self.max_offset = next_offset - 1
         self.dropped = False
         self.task: asyncio.Task[None] | None = None
+        #: Orderly consumption: whether the broker lock is held, and the one consume task.
+        self.locked = False
+        self.consume_task: asyncio.Task[None] | None = None
         self.last_pull = time.monotonic()
 
     def put(self, messages: Sequence[ReceivedMessage]) -> None:
@@ -99,6 +105,7 @@ class AsyncPushConsumer(GroupConsumer):
                  pull_threshold_for_queue: int = 1000,
                  pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
                  max_reconsume_times: int = 16, suspend_timeout: float = 15.0,
+                 orderly: bool = False, suspend_current_queue_time: float = 1.0,
                  rebalance_interval: float = 20.0, persist_interval: float = 5.0,
                  offset_store_dir: str | None = None,
                  instance: ClientInstance | None = None) -> None:
@@ -117,6 +124,8 @@ class AsyncPushConsumer(GroupConsumer):
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.max_reconsume_times = max_reconsume_times
         self.suspend_timeout = suspend_timeout
+        self.orderly = orderly
+        self.suspend_current_queue_time = suspend_current_queue_time
         self.listener: Listener | None = None
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._consuming: set[asyncio.Task[Any]] = set()
@@ -145,6 +154,8 @@ class AsyncPushConsumer(GroupConsumer):
         self.executor = concurrent.futures.ThreadPoolExecutor(
             self.consume_thread_max, thread_name_prefix=f"rocketq-consume-{self.group}")
         await self._start_group()
+        if self.orderly and self.model == "clustering":
+            self._tasks.append(asyncio.get_running_loop().create_task(self._relock_loop()))
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Stop pulling, let in-flight listeners finish (up to ``timeout``), commit offsets,
@@ -159,6 +170,10 @@ class AsyncPushConsumer(GroupConsumer):
             await asyncio.wait(list(self._consuming), timeout=timeout)
         for pq in self.owned.values():
             pq.dropped = True
+        if self._locking():
+            # Commit first, then let the next owners lock the queues at once.
+            await self.offset_store.persist(list(self.owned))
+            await asyncio.gather(*(self._released(mq) for mq in self.owned))
         await self._leave_group()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
@@ -170,16 +185,80 @@ class AsyncPushConsumer(GroupConsumer):
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    def _queue_added(self, mq: MessageQueue, offset: int) -> ProcessQueue:
-        pq = ProcessQueue(mq, offset)
-        pq.task = asyncio.get_running_loop().create_task(self._pull_loop(pq))
-        return pq
-
     def _queue_removed(self, mq: MessageQueue) -> None:
         pq = self.owned[mq]
         pq.dropped = True
         if pq.task is not None:
             pq.task.cancel()
+
+    # ------------------------------------------------------------------ orderly
+    def _locking(self) -> bool:
+        return self.orderly and self.model == "clustering"
+
+    async def _lock(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ on each broker: the queues this member now holds."""
+        import orjson
+
+        held: set[MessageQueue] = set()
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in queues:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, mqs in by_broker.items():
+            body = orjson.dumps({"consumerGroup": self.group,
+                                 "clientId": self.instance.client_id, "onlyThisBroker": False,
+                                 "mqSet": [mq.to_json() for mq in mqs]})
+            try:
+                response = await self.instance.invoke_broker(broker, RemotingCommand.request(
+                    RequestCode.LOCK_BATCH_MQ, None, body), 3, mqs[0].topic)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.info("locking queues on %s failed: %s", broker, exc)
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                for q in orjson.loads(response.body).get("lockOKMQSet") or []:
+                    held.add(MessageQueue(q["topic"], q["brokerName"], int(q["queueId"])))
+        return held
+
+    async def _may_take(self, mq: MessageQueue) -> bool:
+        if not self._locking():
+            return True
+        return mq in await self._lock([mq])
+
+    def _queue_added(self, mq: MessageQueue, offset: int) -> ProcessQueue:
+        pq = ProcessQueue(mq, offset)
+        pq.locked = True  # _may_take locked it (or no lock is needed)
+        pq.task = asyncio.get_running_loop().create_task(self._pull_loop(pq))
+        return pq
+
+    async def _finish(self, mq: MessageQueue, state: ProcessQueue) -> None:
+        task = state.consume_task
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=10)
+
+    async def _released(self, mq: MessageQueue) -> None:
+        if not self._locking():
+            return
+        import orjson
+
+        body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
+                             "mqSet": [mq.to_json()]})
+        try:
+            await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+                RequestCode.UNLOCK_BATCH_MQ, None, body), 3, mq.topic)
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("unlocking %s failed: %s (the lock expires by itself)", mq, exc)
+
+    async def _relock_loop(self) -> None:
+        """Renew the locks of owned queues every 20 s (they expire after 60 s)."""
+        while self.running:
+            await asyncio.sleep(min(20.0, self.rebalance_interval))
+            owned = list(self.owned)
+            if not owned:
+                continue
+            held = await self._lock(owned)
+            for mq in owned:
+                pq = self.owned.get(mq)
+                if pq is not None:
+                    pq.locked = mq in held
 
     # ------------------------------------------------------------------ pulling
     async def _pull_loop(self, pq: ProcessQueue) -> None:
@@ -254,28 +333,22 @@ class AsyncPushConsumer(GroupConsumer):
     # ------------------------------------------------------------------ consuming
     def _dispatch(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
         loop = asyncio.get_running_loop()
+        if self.orderly:
+            # One consumer per queue at a time, taking messages in offset order.
+            if pq.consume_task is None or pq.consume_task.done():
+                pq.consume_task = loop.create_task(self._consume_orderly(pq))
+                self._consuming.add(pq.consume_task)
+                pq.consume_task.add_done_callback(self._consuming.discard)
+            return
         for i in range(0, len(messages), self.batch_size):
             task = loop.create_task(self._consume(pq, messages[i:i + self.batch_size]))
             self._consuming.add(task)
             task.add_done_callback(self._consuming.discard)
 
     async def _consume(self, pq: ProcessQueue, batch: list[ReceivedMessage]) -> None:
-        listener = self.listener
-        assert listener is not None
-        try:
-            if inspect.iscoroutinefunction(listener):
-                result = await listener(batch)
-            else:
-                result = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, listener, batch)
-                if inspect.isawaitable(result):
-                    result = await result
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("listener of group %s failed on %d message(s)", self.group,
-                          len(batch))
-            result = ConsumeResult.RECONSUME_LATER
+        result = await self._call_listener(batch)
+        if result is ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT:
+            result = ConsumeResult.RECONSUME_LATER  # only orderly consumers suspend a queue
         if pq.dropped:
             return  # another member owns the queue now; it consumes from the committed offset
         done = batch
@@ -291,6 +364,51 @@ class AsyncPushConsumer(GroupConsumer):
         offset = pq.remove(done)
         if offset >= 0:
             self.offset_store.update(pq.mq, offset, increase_only=True)
+
+    async def _call_listener(self, batch: list[ReceivedMessage]) -> ConsumeResult | None:
+        listener = self.listener
+        assert listener is not None
+        try:
+            if inspect.iscoroutinefunction(listener):
+                return await listener(batch)
+            result = await asyncio.get_running_loop().run_in_executor(self.executor, listener,
+                                                                      batch)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("listener of group %s failed on %d message(s)", self.group,
+                          len(batch))
+            return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if self.orderly \
+                else ConsumeResult.RECONSUME_LATER
+
+    async def _consume_orderly(self, pq: ProcessQueue) -> None:
+        while self.running and not pq.dropped and pq.messages:
+            if self._locking() and not pq.locked:
+                await asyncio.sleep(0.1)  # the lock is being renewed (or was lost)
+                continue
+            batch = [pq.messages[o] for o in itertools.islice(pq.messages, self.batch_size)]
+            result = await self._call_listener(batch)
+            if pq.dropped:
+                return
+            if result in (ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT,
+                          ConsumeResult.RECONSUME_LATER):
+                exhausted = [m for m in batch if m.reconsume_times >= self.max_reconsume_times]
+                if not exhausted:
+                    for m in batch:
+                        m.reconsume_times += 1
+                    await asyncio.sleep(self.suspend_current_queue_time)
+                    continue  # the same messages again, nothing after them first
+                # Tried too often: hand them to the dead-letter queue and move on.
+                if not all([await self._resend_to_retry_topic(m) for m in batch]):
+                    await asyncio.sleep(self.suspend_current_queue_time)
+                    continue
+            self.consumed_count += len(batch)
+            offset = pq.remove(batch)
+            if offset >= 0:
+                self.offset_store.update(pq.mq, offset, increase_only=True)
 
     async def _send_back(self, message: ReceivedMessage) -> bool:
         """Hand a failed message back to the broker for a later retry (CONSUMER_SEND_MSG_BACK);
