@@ -33,3 +33,12 @@ def test_store_example_runs(capsys):
     assert "PUT_OK 0" in out
     assert "0 paid b'{\"id\": 17}'" in out
     assert "['order-17']" in out
+
+
+def test_message_types_example_runs(servers, capsys):
+    block = next(b for b in python_blocks() if "TransactionProducer" in b)
+    code = block.replace('"127.0.0.1:9876"', repr(servers.namesrv))
+    exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    out = capsys.readouterr().out
+    assert "[b'created', b'paid', b'shipped']" in out
+    assert "COMMIT" in out
