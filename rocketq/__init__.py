@@ -25,6 +25,7 @@ from .client import (  # noqa: E402
     select_by_hash,
 )
 from .client.sync import (  # noqa: E402
+    Admin,
     Producer,
     PullConsumer,
     PushConsumer,
@@ -32,7 +33,7 @@ from .client.sync import (  # noqa: E402
 )
 
 __all__ = [
-    "BrokerError", "ClientError", "ConsumeResult", "LocalTransactionState", "Message",
+    "Admin", "BrokerError", "ClientError", "ConsumeResult", "LocalTransactionState", "Message",
     "MessageQueue", "MessageSelector", "MessageValidationError", "Producer", "PullConsumer",
     "PushConsumer",
     "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",

@@ -8,12 +8,13 @@ A PushConsumer listener may be a coroutine function; it then runs on the event l
 """
 
 from .client import ConsumeResult, Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from .client.admin import AsyncAdmin as Admin
 from .client.producer import AsyncProducer as Producer
 from .client.pull import AsyncPullConsumer as PullConsumer
 from .client.push import AsyncPushConsumer as PushConsumer
 from .client.transaction import AsyncTransactionProducer as TransactionProducer
 from .client.transaction import LocalTransactionState
 
-__all__ = ["ConsumeResult", "LocalTransactionState", "Message", "MessageQueue", "Producer",
+__all__ = ["Admin", "ConsumeResult", "LocalTransactionState", "Message", "MessageQueue", "Producer",
            "PullConsumer", "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus",
            "TransactionProducer"]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ..remoting import new_event_loop
+from .admin import AsyncAdmin
 from .message import Message, MessageQueue, MessageSelector, ReceivedMessage, SendResult
 from .producer import AsyncProducer, Selector
 from .pull import AsyncPullConsumer
@@ -259,3 +260,33 @@ class PullConsumer:
 
 async def _value(fn: Callable[[], T]) -> T:
     return fn()
+
+
+class Admin:
+    """Message queries: ``view_message(offset_msg_id)``, ``query_messages(topic, key, ...)``,
+    ``query_message_by_unique_key(topic, msg_id)``, ``search_offset(mq, timestamp_ms)``."""
+
+    def __init__(self, namesrv: str) -> None:
+        self._loop = _LoopThread.get()
+        self._async = self._loop.create(lambda: AsyncAdmin(namesrv))
+
+    def close(self) -> None:
+        self._loop.run(self._async.close())
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def view_message(self, offset_msg_id: str) -> ReceivedMessage:
+        return self._loop.run(self._async.view_message(offset_msg_id))
+
+    def query_messages(self, topic: str, key: str, **options: Any) -> list[ReceivedMessage]:
+        return self._loop.run(self._async.query_messages(topic, key, **options))
+
+    def query_message_by_unique_key(self, topic: str, msg_id: str) -> ReceivedMessage:
+        return self._loop.run(self._async.query_message_by_unique_key(topic, msg_id))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._loop.run(self._async.search_offset(mq, timestamp_ms))
