@@ -28,6 +28,7 @@ from .delay import ScheduleService, to_schedule
 from .offsets import ConsumerOffsetManager
 from .pull import PullProcessor
 from .send import SendProcessor
+from .timer import TimerService
 from .topics import TopicConfig, TopicConfigManager
 from .transaction import TransactionService
 
@@ -83,6 +84,7 @@ class Broker:
         self.pull = PullProcessor(self)
         self.schedule = ScheduleService(self)
         self.transactions = TransactionService(self)
+        self.timer = TimerService(self)
         self._tasks: list[asyncio.Task[Any]] = []
         #: (group, topic, queue id) -> (client id, last lock time): orderly consumption.
         self.queue_locks: dict[tuple[str, str, int], tuple[str, float]] = {}
@@ -146,7 +148,8 @@ class Broker:
         self._tasks = [self.loop.create_task(self._register_loop()),
                        self.loop.create_task(self._housekeeping()),
                        self.loop.create_task(self.schedule.run()),
-                       self.loop.create_task(self.transactions.run())]
+                       self.loop.create_task(self.transactions.run()),
+                       self.loop.create_task(self.timer.run())]
         log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
                  self.config.brokerName, self.config.brokerClusterName, self.address,
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
@@ -169,6 +172,7 @@ class Broker:
         self.offsets.persist(force=True)
         self.schedule.persist()
         self.transactions.persist()
+        self.timer.persist()
         if self.store is not None:
             await asyncio.to_thread(self.store.close)
         log.info("broker %s stopped", self.config.brokerName)
@@ -180,6 +184,7 @@ class Broker:
             await asyncio.sleep(cfg.flushConsumerOffsetInterval / 1000)
             await asyncio.to_thread(self.offsets.persist)
             await asyncio.to_thread(self.schedule.persist)
+            self.timer.persist()
             if time.monotonic() - last_expire >= 10:
                 last_expire = time.monotonic()
                 self.clients.expire(cfg.channelExpiredTimeout / 1000)

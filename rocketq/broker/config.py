@@ -50,6 +50,7 @@ class BrokerConfig:
     transactionTimeOut: int = 6000  # ms before a half message is checked
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 30_000  # ms
+    timerMaxDelaySec: int = 3 * 24 * 3600
     regionId: str = "DefaultRegion"
     traceOn: bool = True
     unknown: dict[str, str] = field(default_factory=dict, repr=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..protocol.codes import RequestCode, ResponseCode
@@ -27,6 +28,7 @@ from ..store import DiskFullError, MessageIllegalError, PutResult, PutStatus, St
 from ..store.errors import StoreClosedError
 from .config import PERM_WRITE
 from .delay import delay_level_of, is_delayable, to_schedule
+from .timer import TimerError, due_time, to_timer
 from .transaction import to_half
 
 if TYPE_CHECKING:
@@ -182,6 +184,14 @@ class SendProcessor:
                 # A half message: stored out of consumers' sight until END_TRANSACTION.
                 topic, queue_id, props = to_half(topic, queue_id, props)
                 sysflag &= ~SysFlag.TRANSACTION_MASK
+            if "TIMER_" in props and tran != SysFlag.TRANSACTION_PREPARED:
+                try:
+                    due = due_time(decode_properties(props), int(time.time() * 1000),
+                                   broker.config.timerMaxDelaySec)
+                except TimerError as exc:
+                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+                if due is not None and due > time.time() * 1000 + 50:
+                    topic, queue_id, props = to_timer(topic, queue_id, props, due)
             level = delay_level_of(props) if "DELAY\x01" in props else 0
             if level > 0 and is_delayable(sysflag) and tran != SysFlag.TRANSACTION_PREPARED:
                 topic, queue_id, props = to_schedule(

@@ -15,6 +15,7 @@ import orjson
 from ..protocol.topic import (
     AUTO_CREATE_TOPIC_KEY,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     validate_topic,
@@ -96,7 +97,8 @@ class TopicConfigManager:
         wanted = [TopicConfig("SELF_TEST_TOPIC", 1, 1), TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
                   TopicConfig(SCHEDULE_TOPIC, 18, 18), TopicConfig(TRANS_HALF_TOPIC, 1, 1),
                   TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1),
-                  TopicConfig(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1)]
+                  TopicConfig(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1),
+                  TopicConfig(TIMER_TOPIC, 1, 1)]
         if cfg.autoCreateTopicEnable:
             wanted.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, cfg.defaultTopicQueueNums,
                                       cfg.defaultTopicQueueNums,

@@ -29,6 +29,8 @@ _HEADER_SIZE = 88
 _TAGS = b"TAGS\x01"
 _DELAY = b"DELAY\x01"
 _SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
+_TIMER_TOPIC = b"rmq_sys_wheel_timer"
+_TIMER_OUT = b"TIMER_OUT_MS\x01"
 _KEYS = b"KEYS\x01"
 _UNIQ = b"UNIQ_KEY\x01"
 _HIDDEN = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
@@ -139,6 +141,9 @@ class Dispatcher:
                     if raw_topic == _SCHEDULE_TOPIC:
                         # Delayed messages: the unit carries the delivery time, not a tag.
                         code = self._deliver_at(props, store_ts)
+                    elif raw_topic == _TIMER_TOPIC:
+                        due = _find_property(props, _TIMER_OUT) if props else None
+                        code = int(due) if due and due.isdigit() else store_ts
                     elif props:
                         tags = _find_property(props, _TAGS)
                         if tags:
