@@ -252,6 +252,24 @@ class GroupConsumer:
                                             timestamp=self.consume_timestamp)
         return await self._offset_query(RequestCode.GET_MAX_OFFSET, mq)
 
+    async def _pull(self, mq: MessageQueue, offset: int, sub: Subscription, sysflag: int,
+                    commit: int, batch: int, suspend_timeout: float) -> RemotingCommand | None:
+        """One PULL_MESSAGE (long-polled when ``sysflag`` allows); None after a failure, once
+        the 3 s back-off RocketMQ's clients use has passed."""
+        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
+            "queueOffset": offset, "maxMsgNums": batch, "sysFlag": sysflag,
+            "commitOffset": commit, "suspendTimeoutMillis": int(suspend_timeout * 1000),
+            "subscription": sub.expression, "subVersion": sub.sub_version,
+            "expressionType": sub.expression_type, "bname": mq.broker_name})
+        try:
+            return await self.instance.invoke_broker(mq.broker_name, cmd, suspend_timeout + 15,
+                                                     mq.topic)
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("pull from %s failed: %s; retrying in 3 s", mq, exc)
+            await asyncio.sleep(3)
+            return None
+
     async def _offset_query(self, code: int, mq: MessageQueue, **extra: Any) -> int:
         response = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
             code, {"topic": mq.topic, "queueId": mq.queue_id, **extra}), 3, mq.topic)

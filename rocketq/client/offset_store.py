@@ -30,16 +30,11 @@ class OffsetStore(Protocol):
     def remove(self, mq: MessageQueue) -> None: ...
 
 
-class RemoteOffsetStore:
-    """Offsets of a clustering group, stored on the brokers."""
+class _MemoryTable:
+    """The in-memory offsets both stores keep between persists."""
 
-    def __init__(self, instance: ClientInstance, group: str) -> None:
-        self.instance = instance
-        self.group = group
+    def __init__(self) -> None:
         self.table: dict[MessageQueue, int] = {}
-
-    async def load(self) -> None:
-        pass
 
     def update(self, mq: MessageQueue, offset: int, increase_only: bool = False) -> None:
         current = self.table.get(mq)
@@ -48,6 +43,18 @@ class RemoteOffsetStore:
 
     def read_memory(self, mq: MessageQueue) -> int | None:
         return self.table.get(mq)
+
+
+class RemoteOffsetStore(_MemoryTable):
+    """Offsets of a clustering group, stored on the brokers."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        super().__init__()
+        self.instance = instance
+        self.group = group
+
+    async def load(self) -> None:
+        pass
 
     async def read(self, mq: MessageQueue) -> int | None:
         """The broker's committed offset, or None when the group has none for the queue."""
@@ -85,12 +92,12 @@ class RemoteOffsetStore:
         self.table.pop(mq, None)
 
 
-class LocalOffsetStore:
+class LocalOffsetStore(_MemoryTable):
     """Offsets of a broadcasting consumer, in ``<directory>/<client>/<group>/offsets.json``."""
 
     def __init__(self, directory: str, client_name: str, group: str) -> None:
+        super().__init__()
         self.path = os.path.join(directory, client_name, group, "offsets.json")
-        self.table: dict[MessageQueue, int] = {}
 
     async def load(self) -> None:
         if not os.path.exists(self.path):
@@ -100,14 +107,6 @@ class LocalOffsetStore:
         for entry in data.get("offsetTable", []):
             mq = MessageQueue(entry["topic"], entry["brokerName"], int(entry["queueId"]))
             self.table[mq] = int(entry["offset"])
-
-    def update(self, mq: MessageQueue, offset: int, increase_only: bool = False) -> None:
-        current = self.table.get(mq)
-        if current is None or not increase_only or offset > current:
-            self.table[mq] = offset
-
-    def read_memory(self, mq: MessageQueue) -> int | None:
-        return self.table.get(mq)
 
     async def read(self, mq: MessageQueue) -> int | None:
         return self.table.get(mq)

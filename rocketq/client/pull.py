@@ -19,7 +19,6 @@ from typing import Any
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.message import decode_records
-from ..remoting import RemotingError
 from .allocate import AllocateStrategy
 from .consumer import GroupConsumer
 from .errors import ClientError
@@ -157,21 +156,10 @@ class AsyncPullConsumer(GroupConsumer):
             sub = self.subscriptions.get(mq.topic) or self._sub_all(mq.topic)
             epoch = state.epoch
             offset = state.next_offset
-            cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-                "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
-                "queueOffset": offset, "maxMsgNums": self.pull_batch_size,
-                "sysFlag": PULL_SUSPEND | PULL_SUBSCRIPTION | PULL_LITE, "commitOffset": 0,
-                "suspendTimeoutMillis": int(self.suspend_timeout * 1000),
-                "subscription": sub.expression, "subVersion": sub.sub_version,
-                "expressionType": sub.expression_type, "bname": mq.broker_name})
-            try:
-                response = await self.instance.invoke_broker(
-                    mq.broker_name, cmd, self.suspend_timeout + 15, mq.topic)
-            except asyncio.CancelledError:
-                raise
-            except (ClientError, RemotingError, OSError) as exc:
-                log.info("pull from %s failed: %s; retrying in 3 s", mq, exc)
-                await asyncio.sleep(3)
+            response = await self._pull(mq, offset, sub,
+                                        PULL_SUSPEND | PULL_SUBSCRIPTION | PULL_LITE, 0,
+                                        self.pull_batch_size, self.suspend_timeout)
+            if response is None:
                 continue
             if epoch != state.epoch:
                 continue  # a seek happened meanwhile

@@ -277,21 +277,9 @@ class AsyncPushConsumer(GroupConsumer):
             commit = self.offset_store.read_memory(mq) if clustering else None
             if commit is not None and commit > 0:
                 sysflag |= PULL_COMMIT_OFFSET
-            cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-                "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
-                "queueOffset": pq.next_offset, "maxMsgNums": self.pull_batch_size,
-                "sysFlag": sysflag, "commitOffset": commit or 0,
-                "suspendTimeoutMillis": int(self.suspend_timeout * 1000),
-                "subscription": sub.expression, "subVersion": sub.sub_version,
-                "expressionType": sub.expression_type, "bname": mq.broker_name})
-            try:
-                response = await self.instance.invoke_broker(
-                    mq.broker_name, cmd, self.suspend_timeout + 15, mq.topic)
-            except asyncio.CancelledError:
-                raise
-            except (ClientError, RemotingError, OSError) as exc:
-                log.info("pull from %s failed: %s; retrying in 3 s", mq, exc)
-                await asyncio.sleep(3)
+            response = await self._pull(mq, pq.next_offset, sub, sysflag, commit or 0,
+                                        self.pull_batch_size, self.suspend_timeout)
+            if response is None:
                 continue
             if pq.dropped:
                 return
