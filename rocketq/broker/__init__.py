@@ -20,7 +20,7 @@ from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.message import Property, encode_properties
 from ..protocol.sql92 import SqlError, compile_selector
 from ..protocol.topic import IllegalTopicError, dlq_topic, retry_topic, validate_topic
-from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer
+from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
 from ..store import MessageStore, MessageStoreConfig, StoreMessage
 from .clients import ClientManager, ConsumerGroup
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, load_broker_conf
@@ -159,11 +159,7 @@ class Broker:
         self._stopping = True
         if self._register_soon is not None:
             self._register_soon.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks = []
         await self._unregister_all()
         await self.namesrv_client.close()

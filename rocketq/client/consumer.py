@@ -17,7 +17,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Subscription
 from ..protocol.topic import retry_topic
-from ..remoting import RemotingError
+from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
 from .errors import ClientError
 from .instance import ClientInstance
@@ -136,11 +136,7 @@ class GroupConsumer:
             # Wake the loop too: Python 3.11's wait_for can swallow a cancellation that
             # arrives as the event fires; the loop then sees running is False and ends.
             self._rebalance_now.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks = []
 
     async def _leave_group(self) -> None:

@@ -19,7 +19,7 @@ import orjson
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.topic import AUTO_CREATE_TOPIC_KEY
-from ..remoting import Connection, RemotingClient, RemotingError
+from ..remoting import Connection, RemotingClient, RemotingError, cancel_tasks
 from .errors import BrokerError, ClientError, NameServerError
 from .message import MessageQueue
 
@@ -106,11 +106,7 @@ class ClientInstance:
 
     async def stop(self) -> None:
         self.started = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks = []
         await self.remoting.close()
         self.started = False

@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Connection", "ConnectionClosedError", "Handler", "RemotingClient", "RemotingError",
-    "RemotingServer", "RemotingTimeoutError", "parse_address", "run",
+    "RemotingServer", "RemotingTimeoutError", "cancel_tasks", "parse_address", "run",
 ]
 
 IDLE_TIMEOUT = 120.0
@@ -45,6 +45,15 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+async def cancel_tasks(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel background tasks and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
