@@ -35,12 +35,12 @@ def client_python(name: str, requirement: str) -> str:
 class Standalone:
     """``rocketq standalone`` in a child process on free ports."""
 
-    def __init__(self, data_dir: pathlib.Path) -> None:
+    def __init__(self, data_dir: pathlib.Path, extra_conf: str = "") -> None:
         self.ns_port, self.broker_port = free_port(), free_port()
         data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = start(["standalone", "--data-dir", str(data_dir), "--namesrv-port",
                            str(self.ns_port), "--broker-port", str(self.broker_port),
-                           "-c", small_conf(data_dir.parent)], "connect clients")
+                           "-c", small_conf(data_dir.parent, extra_conf)], "connect clients")
 
     @property
     def namesrv(self) -> str:

@@ -1,0 +1,153 @@
+"""More scenarios with the real C++ client (``rocketmq==0.4.4``) against ``rocketq
+standalone``, and mixed with rocketq's own client on the other side of the conversation."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketq import Message, Producer, PullConsumer
+
+from ..conftest import wait_for
+from .clients import Standalone, client_python, run_client
+
+RETRY_SCRIPT = r"""
+import sys, threading, time
+from rocketmq.client import Message, Producer, PushConsumer
+ns = sys.argv[1]
+producer = Producer("PG_CPP")
+producer.set_namesrv_addr(ns)
+producer.start()
+first = Message("CppRetry")
+first.set_body(b"fail-once")
+producer.send_sync(first)
+oneway = Message("CppRetry")
+oneway.set_body(b"oneway")
+producer.send_oneway(oneway)
+batch = []
+for i in range(3):
+    m = Message("CppRetry")
+    m.set_body(b"batch%d" % i)
+    batch.append(m)
+print("BATCH", int(producer.send_batch(batch).status), flush=True)
+producer.shutdown()
+seen = []
+lock = threading.Lock()
+def on_message(msg):
+    with lock:
+        seen.append((msg.body.decode(), msg.reconsume_times))
+        if msg.body == b"fail-once" and msg.reconsume_times == 0:
+            raise RuntimeError("fail the first delivery")  # RECONSUME_LATER
+consumer = PushConsumer("CG_CPP_RETRY")
+consumer.set_namesrv_addr(ns)
+consumer.subscribe("CppRetry", on_message, "*")
+consumer.start()
+deadline = time.time() + 45
+while time.time() < deadline:
+    with lock:
+        if ("fail-once", 1) in seen and len({b for b, _ in seen}) >= 5:
+            break
+    time.sleep(0.1)
+consumer.shutdown()
+for body, times in sorted(seen):
+    print("SEEN", body, times, flush=True)
+"""
+
+PRODUCE_SCRIPT = r"""
+import sys
+from rocketmq.client import Message, Producer
+ns, count = sys.argv[1], int(sys.argv[2])
+producer = Producer("PG_CPP_MIXED")
+producer.set_namesrv_addr(ns)
+producer.start()
+for i in range(count):
+    m = Message("Mixed")
+    m.set_tags("from-cpp")
+    m.set_keys("cpp-key-%d" % i)
+    m.set_property("n", str(i))
+    m.set_body(("cpp %d" % i).encode())
+    print("SENT", producer.send_sync(m).msg_id, flush=True)
+producer.shutdown()
+"""
+
+CONSUME_SCRIPT = r"""
+import sys, threading, time
+from rocketmq.client import PushConsumer
+ns, count = sys.argv[1], int(sys.argv[2])
+got = []
+lock = threading.Lock()
+def on_message(msg):
+    with lock:
+        got.append("|".join([msg.id, msg.body.decode(), msg.tags.decode(), msg.keys.decode(),
+                             (msg.get_property("region") or b"").decode()]))
+consumer = PushConsumer("CG_CPP_MIXED")
+consumer.set_namesrv_addr(ns)
+consumer.subscribe("FromPython", on_message, "py")
+consumer.start()
+deadline = time.time() + 45
+while time.time() < deadline and len(got) < count:
+    time.sleep(0.1)
+consumer.shutdown()
+for line in got:
+    print("GOT|" + line, flush=True)
+"""
+
+SMALL_DELAYS = "messageDelayLevel=" + " ".join(["1s"] * 18) + "\n"
+
+
+@pytest.fixture
+def cpp_python():
+    return client_python("rocketmq-0.4.4", "rocketmq==0.4.4")
+
+
+@pytest.mark.slow
+def test_cpp_oneway_batch_and_a_failed_message_coming_back(tmp_path, cpp_python):
+    server = Standalone(tmp_path / "data", extra_conf=SMALL_DELAYS)
+    try:
+        proc = run_client(cpp_python, RETRY_SCRIPT, server.namesrv)
+    finally:
+        assert server.stop() == 0
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "BATCH 0" in proc.stdout
+    seen = {tuple(line.split()[1:]) for line in proc.stdout.splitlines()
+            if line.startswith("SEEN")}
+    # Every message arrived; the failed one came back through the retry topic with its
+    # reconsume count raised.
+    assert {("oneway", "0"), ("batch0", "0"), ("batch1", "0"), ("batch2", "0"),
+            ("fail-once", "0"), ("fail-once", "1")} <= seen
+
+
+@pytest.mark.slow
+def test_cpp_producer_to_rocketq_consumer_and_back(tmp_path, cpp_python):
+    server = Standalone(tmp_path / "data")
+    try:
+        proc = run_client(cpp_python, PRODUCE_SCRIPT, server.namesrv, "10")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        sent = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("SENT")]
+        assert len(sent) == 10
+        with PullConsumer("py-reader", namesrv=server.namesrv, from_where="first") as consumer:
+            consumer.subscribe("Mixed", "from-cpp")
+            consumer.start()
+            got = []
+            wait_for(lambda: got.extend(consumer.poll(0.3)) or len(got) >= 10, 20)
+        assert sorted(m.msg_id for m in got) == sorted(sent)  # the C++ client's own ids
+        for m in got:
+            n = m.properties["n"]
+            assert m.body == f"cpp {n}".encode() and m.keys == [f"cpp-key-{n}"]
+            assert m.tags == "from-cpp"
+
+        with Producer("py-writer", namesrv=server.namesrv) as producer:
+            ids = {producer.send(Message("FromPython", f"py {i}".encode(), tags="py",
+                                         keys=[f"py-key-{i}"],
+                                         properties={"region": "eu"})).msg_id
+                   for i in range(5)}
+            producer.send(Message("FromPython", b"filtered out", tags="other"))
+        proc = run_client(cpp_python, CONSUME_SCRIPT, server.namesrv, "5")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = [line.split("|")[1:] for line in proc.stdout.splitlines()
+                if line.startswith("GOT|")]
+        assert {r[0] for r in rows} == ids
+        for _msg_id, body, tags, keys, region in rows:
+            i = body.split()[1]
+            assert (body, tags, keys, region) == (f"py {i}", "py", f"py-key-{i}", "eu")
+    finally:
+        assert server.stop() == 0
