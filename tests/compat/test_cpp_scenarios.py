@@ -151,3 +151,54 @@ def test_cpp_producer_to_rocketq_consumer_and_back(tmp_path, cpp_python):
             assert (body, tags, keys, region) == (f"py {i}", "py", f"py-key-{i}", "eu")
     finally:
         assert server.stop() == 0
+
+
+TRANSACTION_SCRIPT = r"""
+import sys, time
+from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
+ns = sys.argv[1]
+checked = []
+def check(msg):  # reading the message is safe here (not in local_execute)
+    checked.append(msg.keys.decode())
+    return TransactionStatus.COMMIT
+producer = TransactionMQProducer("PG_TX_CPP", check)
+producer.set_namesrv_addr(ns)
+producer.start()
+for key, state in (("c", TransactionStatus.COMMIT), ("r", TransactionStatus.ROLLBACK),
+                   ("u", TransactionStatus.UNKNOWN)):
+    m = Message("CppTx")
+    m.set_keys(key)
+    m.set_body(("tx-" + key).encode())
+    r = producer.send_message_in_transaction(m, lambda msg, args, state=state: state)
+    print("SENT", key, int(r.status), flush=True)
+deadline = time.time() + 20
+while "u" not in checked and time.time() < deadline:
+    time.sleep(0.1)
+time.sleep(0.5)  # let the check's END_TRANSACTION reach the broker
+producer.shutdown()
+print("CHECKED", ",".join(checked), flush=True)
+"""
+
+FAST_CHECKS = "transactionTimeOut=500\ntransactionCheckInterval=300\n"
+
+
+@pytest.mark.slow
+def test_cpp_transaction_producer_commit_rollback_and_check_back(tmp_path):
+    python = client_python("rocketmq-client-python-0.5.0rc2", "rocketmq-client-python==0.5.0rc2")
+    server = Standalone(tmp_path / "data", extra_conf=FAST_CHECKS)
+    try:
+        proc = run_client(python, TRANSACTION_SCRIPT, server.namesrv)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        sent = [line.split() for line in proc.stdout.splitlines() if line.startswith("SENT")]
+        assert [s[1:] for s in sent] == [["c", "0"], ["r", "0"], ["u", "0"]]
+        checked = next(line for line in proc.stdout.splitlines() if line.startswith("CHECKED"))
+        assert "u" in checked.split()[1].split(",")
+        with PullConsumer("tx-reader", namesrv=server.namesrv, from_where="first") as consumer:
+            consumer.subscribe("CppTx")
+            consumer.start()
+            got = []
+            wait_for(lambda: got.extend(consumer.poll(0.3)) or len(got) >= 2, 20)
+            got.extend(consumer.poll(0.5))
+        assert sorted(m.body for m in got) == [b"tx-c", b"tx-u"]  # rolled back never shows
+    finally:
+        assert server.stop() == 0
