@@ -202,3 +202,74 @@ def test_cpp_transaction_producer_commit_rollback_and_check_back(tmp_path):
         assert sorted(m.body for m in got) == [b"tx-c", b"tx-u"]  # rolled back never shows
     finally:
         assert server.stop() == 0
+
+
+GROUP_CONSUMER_SCRIPT = r"""
+import sys, threading, time
+from rocketmq.client import PushConsumer
+from rocketmq.ffi import MessageModel
+ns, group, model, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+got = []
+lock = threading.Lock()
+def on_message(msg):
+    with lock:
+        got.append(msg.body.decode())
+consumer = PushConsumer(group, message_model=getattr(MessageModel, model))
+consumer.set_namesrv_addr(ns)
+consumer.subscribe("Shared", on_message, "*")
+consumer.start()
+print("STARTED", flush=True)
+time.sleep(seconds)
+consumer.shutdown()
+with lock:
+    for body in got:
+        print("GOT", body, flush=True)
+"""
+
+
+def _group_run(python, server, home, group, model, count):
+    import os
+    import subprocess
+    import time
+
+    # A HOME of the test's own: the C++ client keeps broadcasting offsets and logs there.
+    env = {**os.environ, "HOME": str(home)}
+    procs = [subprocess.Popen([python, "-c", GROUP_CONSUMER_SCRIPT, server.namesrv, group,
+                               model, "14"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+             for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().startswith("STARTED")
+        time.sleep(4)  # both members rebalance
+        with Producer("py-feeder", namesrv=server.namesrv) as producer:
+            for i in range(count):
+                producer.send(Message("Shared", b"m%d" % i))
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [[line.split()[1] for line in out.splitlines() if line.startswith("GOT")]
+            for out in outs]
+
+
+@pytest.mark.slow
+def test_cpp_push_consumers_clustering_and_broadcasting(tmp_path, cpp_python):
+    server = Standalone(tmp_path / "data")
+    try:
+        from rocketq.cli import main
+
+        assert main(["admin", "--namesrv", server.namesrv, "topic", "create", "Shared",
+                     "--queues", "8"]) == 0
+        expected = {f"m{i}" for i in range(60)}
+        home = tmp_path / "home"
+        home.mkdir()
+        a, b = _group_run(cpp_python, server, home, "CG_SHARED", "CLUSTERING", 60)
+        assert set(a) | set(b) == expected  # every message consumed
+        assert a and b  # by both members
+        assert len(a) + len(b) - len(expected) <= 10  # duplicates only around a rebalance
+        a, b = _group_run(cpp_python, server, home, "CG_BROADCAST", "BROADCASTING", 60)
+        assert set(a) >= expected and set(b) >= expected  # each member gets everything
+    finally:
+        assert server.stop() == 0
