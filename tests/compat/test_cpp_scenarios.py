@@ -273,3 +273,84 @@ def test_cpp_push_consumers_clustering_and_broadcasting(tmp_path, cpp_python):
         assert set(a) >= expected and set(b) >= expected  # each member gets everything
     finally:
         assert server.stop() == 0
+
+
+ORDERLY_SCRIPT = r"""
+import sys, threading, time
+from rocketmq.client import Message, Producer, PushConsumer
+ns, keys, per_key = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+producer = Producer("PG_CPP_ORDER")
+producer.set_namesrv_addr(ns)
+producer.start()
+for seq in range(per_key):
+    for k in range(keys):
+        m = Message("CppOrdered")
+        m.set_keys("k%d" % k)
+        m.set_body(("k%d:%d" % (k, seq)).encode())
+        producer.send_orderly(m, k)  # the client's hash selector: one key, one queue
+producer.shutdown()
+got = []
+lock = threading.Lock()
+def on_message(msg):
+    with lock:
+        got.append(msg.body.decode())
+consumer = PushConsumer("CG_CPP_ORDER", orderly=True)
+consumer.set_namesrv_addr(ns)
+consumer.subscribe("CppOrdered", on_message, "*")
+consumer.start()
+deadline = time.time() + 40
+while time.time() < deadline and len(set(got)) < keys * per_key:
+    time.sleep(0.1)
+consumer.shutdown()
+for body in got:
+    print("GOT", body, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_cpp_ordered_sends_and_orderly_consumers(tmp_path, cpp_python):
+    server = Standalone(tmp_path / "data")
+    try:
+        from rocketq.cli import main
+
+        assert main(["admin", "--namesrv", server.namesrv, "topic", "create", "CppOrdered",
+                     "--queues", "4"]) == 0
+        keys, per_key = 5, 12
+        proc = run_client(cpp_python, ORDERLY_SCRIPT, server.namesrv, str(keys), str(per_key))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("GOT")]
+
+        def first_seen_order(bodies):
+            order: dict[str, list[int]] = {}
+            for body in bodies:
+                key, seq = body.split(":")
+                if int(seq) not in order.setdefault(key, []):
+                    order[key].append(int(seq))
+            return order
+
+        # The C++ orderly consumer saw every key's messages in send order.
+        assert first_seen_order(got) == {f"k{k}": list(range(per_key)) for k in range(keys)}
+        # rocketq's orderly consumer reads the same queues in the same order.
+        import threading
+
+        from rocketq import ConsumeResult, PushConsumer
+
+        seen, lock = [], threading.Lock()
+
+        def listener(msgs):
+            with lock:
+                seen.extend(m.body.decode() for m in msgs)
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer("py-orderly", namesrv=server.namesrv, orderly=True,
+                                from_where="first")
+        consumer.subscribe("CppOrdered")
+        consumer.register(listener)
+        consumer.start()
+        try:
+            assert wait_for(lambda: len(set(seen)) >= keys * per_key, 20)
+        finally:
+            consumer.shutdown()
+        assert first_seen_order(seen) == {f"k{k}": list(range(per_key)) for k in range(keys)}
+    finally:
+        assert server.stop() == 0
