@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession for all Spark tests (starting one takes several seconds)."""
+    pyspark = pytest.importorskip("pyspark.sql")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    log_conf = tmp_path_factory.mktemp("spark") / "log4j2.properties"
+    log_conf.write_text("rootLogger.level = error\nrootLogger.appenderRef.stdout.ref = console\n"
+                        "appender.console.type = Console\nappender.console.name = console\n"
+                        "appender.console.layout.type = PatternLayout\n")
+    java_opts = (f"-Dlog4j.configurationFile=file:{log_conf} -XX:TieredStopAtLevel=1 "
+                 "-XX:+UseSerialGC")
+    session = (pyspark.SparkSession.builder.master("local[2]").appName("rocketq-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.driver.extraJavaOptions", java_opts)
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .getOrCreate())
+    yield session
+    session.stop()
