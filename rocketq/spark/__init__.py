@@ -22,9 +22,16 @@ from typing import Any
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
     ArrayType,
@@ -119,6 +126,94 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RocketMQWriter(_lower(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RocketMQStreamReader(_lower(self.options))
+
+
+def _key(topic: str, broker: str, queue_id: int) -> str:
+    return f"{topic}|{broker}|{queue_id}"
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Streams topics. Offsets are ``{"topic|broker|queueId": next offset}``, kept in Spark's
+    checkpoint, so a query restarted on its checkpoint neither loses nor repeats a message.
+    Queues added to a topic later are picked up from their first offset."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.namesrv = _option(options, "namesrv")
+        self.topics = _topics(options)
+        self.subscription = _option(options, "subscription", "*")
+        self.addrs: dict[str, tuple[str, str, str, int]] = {}
+        self.available_now: dict[str, int] | None = None
+        max_rows = options.get("maxmessagespertrigger")
+        self.max_rows = int(max_rows) if max_rows else None
+
+    def _queues(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for (topic, broker, addr, qid), bounds in broker_io.queue_offsets(
+                self.namesrv, self.topics).items():
+            key = _key(topic, broker, qid)
+            self.addrs[key] = (topic, broker, addr, qid)
+            out[key] = bounds
+        return out
+
+    def initialOffset(self) -> dict[str, int]:
+        starting = _option(self.options, "startingOffsets", "latest")
+        out = {}
+        for key, (low, high) in self._queues().items():
+            topic, broker, _addr, qid = self.addrs[key]
+            out[key] = broker_io.pick_offset(starting, topic, broker, qid, low, high, high)
+        return out
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = {k: high for k, (_low, high) in self._queues().items()}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        queues = self._queues()
+        target = {k: high for k, (_low, high) in queues.items()}
+        if self.available_now is not None:
+            target = {k: min(v, self.available_now.get(k, v)) for k, v in target.items()}
+        current = {k: int(start.get(k, queues[k][0])) for k in target}
+        if isinstance(limit, ReadMaxRows):
+            budget = limit.max_rows
+            end = dict(current)
+            # Share the budget among queues in turns, so none starves.
+            while budget > 0:
+                moved = False
+                for k in sorted(target):
+                    if budget and end[k] < target[k]:
+                        step = min(target[k] - end[k], max(1, budget // len(target)))
+                        end[k] += step
+                        budget -= step
+                        moved = True
+                if not moved:
+                    break
+            return {**start, **end}
+        return {**start, **{k: max(current[k], v) for k, v in target.items()}}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QueueRange]:
+        parts = []
+        for key, stop in sorted(end.items()):
+            begin = int(start.get(key, 0))
+            if int(stop) <= begin:
+                continue
+            if key not in self.addrs:
+                self._queues()
+            topic, broker, addr, qid = self.addrs[key]
+            parts.append(QueueRange(topic, broker, addr, qid, begin, int(stop),
+                                    self.subscription))
+        return parts
+
+    def read(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
+        return RocketMQBatchReader.read(self, partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark's checkpoint owns progress; nothing to do on the broker."""
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
