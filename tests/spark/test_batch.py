@@ -57,3 +57,16 @@ def test_batch_write_then_read_back(spark, servers):
     for r in back:
         i = r.properties["i"]
         assert r.keys == [f"key{i}"] and r.tags == ("t" if int(i) % 2 else "u")
+
+
+def test_topic_with_queues_on_two_brokers(spark, servers):
+    servers.start_broker("broker-b")
+    servers.create_topic("TwoBrokers", 2)
+    with Producer("pg", namesrv=servers.namesrv) as producer:
+        sent = {producer.send(Message("TwoBrokers", b"m%d" % i)).msg_id for i in range(20)}
+    df = (spark.read.format("rocketq").option("namesrv", servers.namesrv)
+          .option("topic", "TwoBrokers").load())
+    assert df.rdd.getNumPartitions() == 4  # 2 queues on each broker
+    rows = df.collect()
+    assert {r.msg_id for r in rows} == sent and len(rows) == 20
+    assert {r.broker for r in rows} == {"broker-a", "broker-b"}
