@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 import zlib
 from typing import Any
@@ -307,11 +306,8 @@ class Broker:
             level = delay_level if delay_level > 0 else 3 + times
             topic, queue_id, encoded = to_schedule(retry, 0, encode_properties(props),
                                                    level, levels)
-        message = StoreMessage(
-            topic, record.body, queue_id,
-            properties=(encoded + self.send.cluster_property).encode(), flag=record.flag,
-            sysflag=record.sysflag, born_timestamp=record.born_timestamp,
-            born_host=socket.inet_aton(record.born_host[0]), born_port=record.born_host[1],
+        message = StoreMessage.from_record(
+            record, topic, queue_id, (encoded + self.send.cluster_property).encode(),
             reconsume_times=times + 1)
         try:
             await self.store.put_messages_async([message])

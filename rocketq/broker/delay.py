@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -52,16 +51,24 @@ def delay_level_of(properties: str) -> int:
         return 0
 
 
+def with_real_destination(topic: str, queue_id: int, properties: str,
+                          **extra: str) -> str:
+    """Properties that remember where a message really goes (REAL_TOPIC, REAL_QID) while it
+    waits in a system topic (delayed, timed or half messages)."""
+    props = decode_properties(properties)
+    props[Property.REAL_TOPIC] = topic
+    props[Property.REAL_QUEUE_ID] = str(queue_id)
+    props.update(extra)
+    return encode_properties(props)
+
+
 def to_schedule(topic: str, queue_id: int, properties: str, level: int, max_level: int
                 ) -> tuple[str, int, str]:
     """Where a delayed message is stored until it is due: the schedule topic's queue of its
     level, with the real destination kept in its properties."""
     level = min(level, max_level)
-    props = decode_properties(properties)
-    props[Property.DELAY] = str(level)
-    props[Property.REAL_TOPIC] = topic
-    props[Property.REAL_QUEUE_ID] = str(queue_id)
-    return SCHEDULE_TOPIC, level - 1, encode_properties(props)
+    return SCHEDULE_TOPIC, level - 1, with_real_destination(
+        topic, queue_id, properties, **{Property.DELAY: str(level)})
 
 
 def is_delayable(sysflag: int) -> bool:
@@ -78,14 +85,9 @@ def record_to_real(record: MessageRecord) -> StoreMessage:
     except ValueError:
         queue_id = 0
     for name in (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_MS,
-                 Property.TIMER_DELAY_SEC):
+                 Property.TIMER_DELAY_SEC, "TIMER_OUT_MS"):
         props.pop(name, None)
-    return StoreMessage(topic, record.body, queue_id, properties=encode_properties(props),
-                        flag=record.flag, sysflag=record.sysflag,
-                        born_timestamp=record.born_timestamp,
-                        born_host=socket.inet_aton(record.born_host[0]),
-                        born_port=record.born_host[1], reconsume_times=record.reconsume_times,
-                        prepared_transaction_offset=record.prepared_transaction_offset)
+    return StoreMessage.from_record(record, topic, queue_id, encode_properties(props))
 
 
 class ScheduleService:

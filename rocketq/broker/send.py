@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -20,6 +21,7 @@ from ..protocol.message import (
     decode_batch,
     decode_properties,
     encode_properties,
+    host_to_bytes,
     property_value,
 )
 from ..protocol.topic import RETRY_GROUP_TOPIC_PREFIX, IllegalTopicError, validate_topic
@@ -36,11 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rocketq.broker")
 
-#: SendMessageRequestHeaderV2's one-letter names.
-V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
-            "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag", "g": "bornTimestamp",
-            "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
-            "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
 V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
             RequestCode.SEND_REPLY_MESSAGE_V2)
 
@@ -71,13 +68,6 @@ def _without_delay(props: str) -> str:
     parsed = decode_properties(props)
     parsed.pop("DELAY", None)
     return encode_properties(parsed)
-
-
-def send_header(cmd: RemotingCommand) -> dict[str, str]:
-    """The send header under its long names, whichever form the client used."""
-    if cmd.code in V2_CODES:
-        return {V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items()}
-    return cmd.ext_fields
 
 
 def _int(header: dict[str, str], name: str, default: int) -> int:
@@ -152,7 +142,7 @@ class SendProcessor:
         attrs = conn.attributes
         born_host = attrs.get("peer_ip")
         if born_host is None:
-            born_host = attrs["peer_ip"] = _ip_bytes(conn.peer[0])
+            born_host = attrs["peer_ip"] = _peer_ip(conn.peer[0])
         born_port = conn.peer[1]
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
             (ext.get(names.batch) or "").lower() in ("true", "1"))
@@ -239,7 +229,8 @@ class SendProcessor:
             "queueId": message.queue_id, "sysFlag": message.sysflag,
             "bornTimestamp": message.born_timestamp, "flag": message.flag,
             "properties": message.properties.decode(), "reconsumeTimes": 0, "unitMode": False,
-            "bornHost": f"{cmd_host(message)}", "storeHost": store_host,
+            "bornHost": f"{socket.inet_ntoa(message.born_host)}:{message.born_port}",
+            "storeHost": store_host,
             "storeTimestamp": results[0].store_timestamp}, message.body)
         try:
             response = await channel.connection.request(push, 3)
@@ -287,14 +278,8 @@ class SendProcessor:
         })
 
 
-def cmd_host(message: StoreMessage) -> str:
-    import socket
-    return f"{socket.inet_ntoa(message.born_host)}:{message.born_port}"
-
-
-def _ip_bytes(host: str) -> bytes:
-    import socket
+def _peer_ip(host: str) -> bytes:
     try:
-        return socket.inet_aton(host)
-    except OSError:
+        return host_to_bytes(host)
+    except ValueError:  # an IPv6 peer: v1 records carry IPv4 hosts only
         return b"\x7f\x00\x00\x01"

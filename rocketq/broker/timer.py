@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol.message import Property, decode_properties, encode_properties
+from ..protocol.message import Property
 from ..protocol.topic import TIMER_TOPIC
-from ..store import StoreMessage
-from .delay import record_to_real
+from .delay import record_to_real, with_real_destination
 from .topics import _atomic_write
 
 if TYPE_CHECKING:
@@ -58,11 +57,9 @@ def due_time(props: dict[str, str], now_ms: int, max_delay_s: int) -> int | None
 
 
 def to_timer(topic: str, queue_id: int, properties: str, due_ms: int) -> tuple[str, int, str]:
-    props = decode_properties(properties)
-    props[Property.REAL_TOPIC] = topic
-    props[Property.REAL_QUEUE_ID] = str(queue_id)
-    props[TIMER_OUT_MS] = str(due_ms)
-    return TIMER_TOPIC, 0, encode_properties(props)
+    """Where a timed message waits: the timer topic, its due time in TIMER_OUT_MS."""
+    return TIMER_TOPIC, 0, with_real_destination(topic, queue_id, properties,
+                                                 **{TIMER_OUT_MS: str(due_ms)})
 
 
 class TimerService:
@@ -177,11 +174,7 @@ class TimerService:
                 if record is None:
                     self._mark_done(offset)
                     continue
-                message = record_to_real(record)
-                props = decode_properties(message.properties.decode())
-                props.pop(TIMER_OUT_MS, None)
-                message.properties = encode_properties(props).encode()
-                due_messages.append(message)
+                due_messages.append(record_to_real(record))
                 due_offsets.append(offset)
             if due_messages:
                 await store.put_messages_async(due_messages)
@@ -196,4 +189,4 @@ class TimerService:
         return delivered
 
 
-__all__ = ["StoreMessage", "TimerError", "TimerService", "due_time", "to_timer"]
+__all__ = ["TimerError", "TimerService", "due_time", "to_timer"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -36,6 +35,7 @@ from ..protocol.message import (
 from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from ..remoting import Connection
 from ..store import StoreMessage
+from .delay import with_real_destination
 from .topics import _atomic_write
 
 if TYPE_CHECKING:
@@ -51,11 +51,9 @@ OP_TAG = "d"
 
 def to_half(topic: str, queue_id: int, properties: str) -> tuple[str, int, str]:
     """Where a prepared message waits: queue 0 of the half topic, destination in properties."""
-    props = decode_properties(properties)
-    props[Property.REAL_TOPIC] = topic
-    props[Property.REAL_QUEUE_ID] = str(queue_id)
-    props[Property.TRANSACTION_ID] = props.get(Property.UNIQ_KEY, "")
-    return TRANS_HALF_TOPIC, 0, encode_properties(props)
+    uniq = decode_properties(properties).get(Property.UNIQ_KEY, "")
+    return TRANS_HALF_TOPIC, 0, with_real_destination(
+        topic, queue_id, properties, **{Property.TRANSACTION_ID: uniq})
 
 
 class TransactionService:
@@ -146,13 +144,10 @@ class TransactionService:
         queue_id = int(props.pop(Property.REAL_QUEUE_ID, "0") or 0)
         props.pop(Property.TRANSACTION_PREPARED, None)
         props.pop(Property.TRANSACTION_CHECK_TIMES, None)
-        return StoreMessage(topic, half.body, queue_id, properties=encode_properties(props),
-                            flag=half.flag,
-                            sysflag=(half.sysflag & ~SysFlag.TRANSACTION_MASK) | COMMIT,
-                            born_timestamp=half.born_timestamp,
-                            born_host=socket.inet_aton(half.born_host[0]),
-                            born_port=half.born_host[1], reconsume_times=half.reconsume_times,
-                            prepared_transaction_offset=half.commitlog_offset)
+        return StoreMessage.from_record(
+            half, topic, queue_id, encode_properties(props),
+            sysflag=(half.sysflag & ~SysFlag.TRANSACTION_MASK) | COMMIT,
+            prepared_transaction_offset=half.commitlog_offset)
 
     # ------------------------------------------------------------------ checking
     async def run(self) -> None:

@@ -11,12 +11,12 @@ from typing import Any
 
 import orjson
 
+from ..client.admin import AsyncAdmin
 from ..client.errors import ClientError
 from ..client.instance import ClientInstance
 from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from ..protocol.message import decode_offset_msg_id, decode_records
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
@@ -304,52 +304,34 @@ def _show(records: list[Any]) -> None:
 
 async def message_by_id(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
+        admin = AsyncAdmin(args.namesrv, instance=instance)
         try:
-            host, port, offset = decode_offset_msg_id(args.msg_id)
-            r = await instance.remoting.invoke(f"{host}:{port}", RemotingCommand.request(
-                RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}))
-            if r.code == ResponseCode.SUCCESS:
-                _show(decode_records(r.body, decompress=True))
-                return 0
-        except Exception:  # not an offset id of a reachable broker: try as a unique key
-            pass
+            _show([await admin.view_message(args.msg_id)])
+            return 0
+        except ClientError:
+            pass  # not an offset id of a reachable broker: try it as a unique id
         if not args.topic:
             print("not found by offset id; give --topic to search by unique id",
                   file=sys.stderr)
             return 1
-        return await _query(instance, args.topic, args.msg_id, 1, unique=True)
+        try:
+            _show([await admin.query_message_by_unique_key(args.topic, args.msg_id)])
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        return 0
     return await _run(args, body)
-
-
-async def _query(instance: ClientInstance, topic: str, key: str, max_num: int,
-                 unique: bool = False) -> int:
-    route = await instance.route(topic)
-    if route is None:
-        print(f"no route for {topic}", file=sys.stderr)
-        return 1
-    found = []
-    for name in sorted(route.broker_addrs):
-        addr = instance.broker_addr(name)
-        if addr is None:
-            continue
-        r = await instance.remoting.invoke(addr, RemotingCommand.request(
-            RequestCode.QUERY_MESSAGE, {"topic": topic, "key": key, "maxNum": max_num,
-                                        "beginTimestamp": 0,
-                                        "endTimestamp": int(time.time() * 1000) + 1000,
-                                        "_UNIQUE_KEY_QUERY": unique}))
-        if r.code == ResponseCode.SUCCESS:
-            found.extend(decode_records(r.body, decompress=True))
-    found = [m for m in found if key in m.keys or m.properties.get("UNIQ_KEY") == key]
-    if not found:
-        print(f"no message of {topic} with key {key}", file=sys.stderr)
-        return 1
-    _show(found[:max_num])
-    return 0
 
 
 async def message_by_key(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        return await _query(instance, args.topic, args.key, args.max)
+        admin = AsyncAdmin(args.namesrv, instance=instance)
+        found = await admin.query_messages(args.topic, args.key, max_num=args.max)
+        if not found:
+            print(f"no message of {args.topic} with key {args.key}", file=sys.stderr)
+            return 1
+        _show(found)
+        return 0
     return await _run(args, body)
 
 

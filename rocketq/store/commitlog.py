@@ -24,6 +24,7 @@ from ..protocol.message import (
     RECORD_HEADER_SIZE,
     RECORD_OVERHEAD,
     SIZE_AND_MAGIC,
+    MessageRecord,
     SysFlag,
     create_offset_msg_id,
     encode_properties,
@@ -92,6 +93,19 @@ class StoreMessage:
         return cls(topic, body, queue_id, properties=encode_properties(props).encode(),
                    born_host=host_to_bytes(born_host), born_port=born_port, **kwargs)
 
+    @classmethod
+    def from_record(cls, record: MessageRecord, topic: str, queue_id: int, properties: str,
+                    **overrides: int) -> StoreMessage:
+        """A stored record written again elsewhere (delivery of a delayed or committed
+        message, a consumer's retry): body, flags and birth kept, destination replaced."""
+        fields = dict(flag=record.flag, sysflag=record.sysflag,
+                      born_timestamp=record.born_timestamp,
+                      born_host=host_to_bytes(record.born_host[0]),
+                      born_port=record.born_host[1], reconsume_times=record.reconsume_times,
+                      prepared_transaction_offset=record.prepared_transaction_offset)
+        fields.update(overrides)
+        return cls(topic, record.body, queue_id, properties=properties, **fields)
+
 
 class PutStatus(enum.Enum):
     """Outcome of an append (RocketMQ's PutMessageStatus, for the cases that are not errors)."""
@@ -123,12 +137,6 @@ class PutResult:
     def __repr__(self) -> str:
         return (f"PutResult({self.status.name}, commitlog_offset={self.commitlog_offset}, "
                 f"size={self.size}, queue_offset={self.queue_offset}, msg_id={self.msg_id})")
-
-
-def is_transaction_hidden(sysflag: int) -> bool:
-    """Half (prepared) and rollback records get no queue offset and no ConsumeQueue unit."""
-    tran = sysflag & SysFlag.TRANSACTION_MASK
-    return tran == SysFlag.TRANSACTION_PREPARED or tran == SysFlag.TRANSACTION_ROLLBACK
 
 
 class CommitLog:

@@ -18,6 +18,7 @@ from ..protocol.message import (
     SIZE_AND_MAGIC,
     SysFlag,
     java_hash,
+    property_value,
 )
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
@@ -26,25 +27,14 @@ from .index import IndexService
 #: TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN; the rest skipped.
 _FIELDS = struct.Struct(">ii4xi4xq8xi16xq8x4x8xi")
 _HEADER_SIZE = 88
-_TAGS = b"TAGS\x01"
-_DELAY = b"DELAY\x01"
+_TAGS = b"TAGS"
+_DELAY = b"DELAY"
 _SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 _TIMER_TOPIC = b"rmq_sys_wheel_timer"
-_TIMER_OUT = b"TIMER_OUT_MS\x01"
-_KEYS = b"KEYS\x01"
-_UNIQ = b"UNIQ_KEY\x01"
+_TIMER_OUT = b"TIMER_OUT_MS"
+_KEYS = b"KEYS"
+_UNIQ = b"UNIQ_KEY"
 _HIDDEN = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
-
-
-def _find_property(props: bytes, needle: bytes) -> bytes | None:
-    i = props.find(needle)
-    while i > 0 and props[i - 1] != 2:
-        i = props.find(needle, i + 1)
-    if i < 0:
-        return None
-    start = i + len(needle)
-    end = props.find(b"\x02", start)
-    return props[start:] if end < 0 else props[start:end]
 
 
 class Dispatcher:
@@ -71,7 +61,7 @@ class Dispatcher:
         return code
 
     def _deliver_at(self, props: bytes, store_ts: int) -> int:
-        raw = _find_property(props, _DELAY) if props else None
+        raw = property_value(props, _DELAY) if props else None
         levels = self.delay_levels_ms
         try:
             level = min(max(int(raw or b"0"), 1), len(levels))
@@ -142,10 +132,10 @@ class Dispatcher:
                         # Delayed messages: the unit carries the delivery time, not a tag.
                         code = self._deliver_at(props, store_ts)
                     elif raw_topic == _TIMER_TOPIC:
-                        due = _find_property(props, _TIMER_OUT) if props else None
+                        due = property_value(props, _TIMER_OUT) if props else None
                         code = int(due) if due and due.isdigit() else store_ts
                     elif props:
-                        tags = _find_property(props, _TAGS)
+                        tags = property_value(props, _TAGS)
                         if tags:
                             code = tag_codes.get(tags)
                             if code is None:
@@ -164,12 +154,12 @@ class Dispatcher:
                     prefix = topic_prefixes.get(raw_topic)
                     if prefix is None:
                         prefix = topic_prefixes[raw_topic] = raw_topic + b"#"
-                    uniq = _find_property(props, _UNIQ)
+                    uniq = property_value(props, _UNIQ)
                     if uniq:
                         index_keys.append(prefix + uniq)
                         index_offsets.append(phys)
                         index_times.append(store_ts)
-                    keys = _find_property(props, _KEYS)
+                    keys = property_value(props, _KEYS)
                     if keys:
                         for k in keys.split(b" "):
                             if k:

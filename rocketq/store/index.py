@@ -273,16 +273,6 @@ class IndexService:
             self.files = [*self.files, f]
         return f
 
-    def put_keys(self, topic: str, keys: list[str], commitlog_offset: int,
-                 store_timestamp: int) -> None:
-        """Index ``topic#key`` for each key of one record."""
-        f = self._writable()
-        for key in keys:
-            h = index_key_hash(f"{topic}#{key}")
-            if not f.put(h, commitlog_offset, store_timestamp):
-                f = self._writable()
-                f.put(h, commitlog_offset, store_timestamp)
-
     def put_many(self, keys: list[bytes] | list[str], phys: list[int],
                  timestamps: list[int]) -> None:
         """Index entries in order: full keys (``topic#key``, bytes or str), CommitLog offsets
