@@ -232,15 +232,21 @@ def _group_run(python, server, home, group, model, count):
     import subprocess
     import time
 
-    # A HOME of the test's own: the C++ client keeps broadcasting offsets and logs there.
-    env = {**os.environ, "HOME": str(home)}
-    procs = [subprocess.Popen([python, "-c", GROUP_CONSUMER_SCRIPT, server.namesrv, group,
-                               model, "14"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env)
-             for _ in range(2)]
+    # A HOME of each member's own, as on two machines: the C++ client keeps broadcasting
+    # offsets and logs there, and two members creating the same directories at once race.
+    procs = []
+    for member in range(2):
+        (home / f"{group}-{member}").mkdir()
+        env = {**os.environ, "HOME": str(home / f"{group}-{member}")}
+        procs.append(subprocess.Popen([python, "-c", GROUP_CONSUMER_SCRIPT, server.namesrv,
+                                       group, model, "14"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))
     try:
         for p in procs:
-            assert p.stdout.readline().startswith("STARTED")
+            line = p.stdout.readline()
+            if not line.startswith("STARTED"):
+                p.kill()
+                pytest.fail(f"C++ consumer did not start: {p.communicate()[1][-3000:]}")
         time.sleep(4)  # both members rebalance
         with Producer("py-feeder", namesrv=server.namesrv) as producer:
             for i in range(count):
