@@ -14,7 +14,6 @@ Needs ``pyspark[sql]>=4.2`` (``pip install rocketq[spark]``).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -97,18 +96,6 @@ def _option(options: dict[str, str], name: str, default: str | None = None) -> s
 
 def _topics(options: dict[str, str]) -> list[str]:
     return [t.strip() for t in _option(options, "topic").split(",") if t.strip()]
-
-
-def _ts(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000)
-
-
-def row_of(message: Any, topic: str, broker: str) -> tuple[Any, ...]:
-    """A message as a row of SCHEMA."""
-    props = message.properties
-    return (topic, broker, message.queue_id, message.queue_offset, message.msg_id,
-            props.get("TAGS"), message.keys, message.body, dict(props),
-            _ts(message.born_timestamp), _ts(message.store_timestamp), message.reconsume_times)
 
 
 class RocketMQDataSource(DataSource):  # type: ignore[misc]
@@ -209,7 +196,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                     self.subscription))
         return parts
 
-    def read(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: QueueRange) -> Iterator[Any]:
         return RocketMQBatchReader.read(self, partition)  # type: ignore[arg-type]
 
     def commit(self, end: dict[str, int]) -> None:
@@ -241,11 +228,10 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
                                         subscription))
         return parts
 
-    def read(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
-        for message in broker_io.pull_range(partition.addr, partition.topic,
-                                            partition.queue_id, partition.start, partition.end,
-                                            partition.subscription):
-            yield row_of(message, partition.topic, partition.broker)
+    def read(self, partition: QueueRange) -> Iterator[Any]:
+        return broker_io.pull_batches(partition.addr, partition.topic, partition.queue_id,
+                                      partition.start, partition.end, partition.broker,
+                                      partition.subscription)
 
 
 @dataclass

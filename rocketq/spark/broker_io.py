@@ -3,20 +3,21 @@ queues and their offsets, pull an offset range from the owning broker, send rows
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..client.instance import ClientInstance
-from ..client.message import Message, ReceivedMessage
+from ..client.message import Message
+from ..client.sync import _LoopThread
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Subscription
-from ..protocol.message import decode_records
 from ..remoting import RemotingClient, run
 
 PULL_SUBSCRIPTION = 0x4
-PULL_BATCH = 256
 
 
 def queue_offsets(namesrv: str, topics: list[str]
@@ -68,45 +69,129 @@ def pick_offset(spec: str, topic: str, broker: str, queue_id: int, low: int, hig
     return low if value == -2 else high if value == -1 else value
 
 
-def pull_range(addr: str, topic: str, queue_id: int, start: int, end: int,
-               subscription: str = "*") -> Iterator[ReceivedMessage]:
-    """Messages of one queue with offsets in ``[start, end)``, pulled from the broker."""
-    sub = Subscription.parse(topic, subscription)
+PULL_WINDOW = 1024  # offsets asked for per pull (the broker also caps a pull at 256 KiB)
+PULL_DEPTH = 4  # pulls in flight per queue
 
-    async def go() -> list[ReceivedMessage]:
-        client = RemotingClient()
-        out: list[ReceivedMessage] = []
-        offset = start
+
+def _worker_client() -> tuple[_LoopThread, RemotingClient]:
+    """The process's event loop thread and a connection pool on it. Spark reuses Python
+    workers, so later partitions read through connections already open."""
+    global _WORKER
+    loop = _LoopThread.get()
+    if _WORKER is None or _WORKER[0] is not loop:
+        _WORKER = (loop, loop.create(RemotingClient))
+    return _WORKER
+
+
+_WORKER: tuple[_LoopThread, RemotingClient] | None = None
+
+
+class RangePuller:
+    """Pulls one queue's offsets ``[start, end)`` from its broker with several pulls in flight,
+    each for its own window of offsets, and hands back the response bodies in offset order.
+
+    Each window keeps only records with offsets inside it, so overlapping answers (a broker
+    may return fewer or, with a tag filter, skip ahead) never duplicate; a window the broker
+    answered only in part is asked again from where the answer stopped.
+    """
+
+    def __init__(self, addr: str, topic: str, queue_id: int, start: int, end: int,
+                 subscription: str = "*", *, window: int = PULL_WINDOW,
+                 depth: int = PULL_DEPTH) -> None:
+        self.addr, self.topic, self.queue_id = addr, topic, queue_id
+        self.end = end
+        self.expression = Subscription.parse(topic, subscription).expression
+        self.window, self.depth = window, depth
+        self._next = start  # first offset not yet asked for
+        self._inflight: deque[tuple[int, int, asyncio.Future[RemotingCommand]]] = deque()
+        self._loop, self._client = _worker_client()
+        self.done = start >= end
+
+    def _request(self, begin: int, stop: int) -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "rocketq-spark", "topic": self.topic, "queueId": self.queue_id,
+            "queueOffset": begin, "maxMsgNums": stop - begin, "sysFlag": PULL_SUBSCRIPTION,
+            "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": self.expression,
+            "subVersion": 0, "expressionType": "TAG"})
+
+    def _fill(self) -> None:
+        while len(self._inflight) < self.depth and self._next < self.end:
+            begin, stop = self._next, min(self._next + self.window, self.end)
+            self._next = stop
+            self._send(begin, stop, append=True)
+
+    def _send(self, begin: int, stop: int, append: bool) -> None:
+        task = asyncio.ensure_future(self._client.invoke(self.addr, self._request(begin, stop),
+                                                         30))
+        if append:
+            self._inflight.append((begin, stop, task))
+        else:
+            self._inflight.appendleft((begin, stop, task))
+
+    async def _step(self) -> tuple[bytes | None, int, int]:
+        self._fill()
+        if not self._inflight:
+            self.done = True
+            return None, 0, 0
+        begin, stop, task = self._inflight.popleft()
         try:
-            while offset < end:
-                r = await client.invoke(addr, RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE, {
-                        "consumerGroup": "rocketq-spark", "topic": topic, "queueId": queue_id,
-                        "queueOffset": offset, "maxMsgNums": min(PULL_BATCH, end - offset),
-                        "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0,
-                        "suspendTimeoutMillis": 0, "subscription": sub.expression,
-                        "subVersion": 0, "expressionType": "TAG"}), 30)
-                if r.code == ResponseCode.SUCCESS:
-                    for record in decode_records(r.body):
-                        if record.queue_offset >= end:
-                            break
-                        m = ReceivedMessage.from_record(record, "")
-                        if sub.matches_tags(m.tags):
-                            out.append(m)
-                next_offset = int(r.ext_fields.get("nextBeginOffset", offset))
-                if r.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED) \
-                        and next_offset <= offset:
-                    break
-                if r.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
-                                  ResponseCode.PULL_RETRY_IMMEDIATELY,
-                                  ResponseCode.PULL_OFFSET_MOVED):
-                    raise RuntimeError(f"pull from {addr} failed: {r.remark} (code {r.code})")
-                offset = max(next_offset, offset + (0 if r.code == ResponseCode.SUCCESS else 1))
-        finally:
-            await client.close()
-        return out
+            r = await task
+        except BaseException:
+            for _b, _s, other in self._inflight:
+                other.cancel()
+            self._inflight.clear()
+            self.done = True
+            raise
+        code = r.code
+        if code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
+                        ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED):
+            raise RuntimeError(f"pull from {self.addr} failed: {r.remark} (code {code})")
+        next_offset = int(r.ext_fields.get("nextBeginOffset", begin))
+        body = r.body if code == ResponseCode.SUCCESS else None
+        if code != ResponseCode.SUCCESS and next_offset <= begin:
+            # Nothing at or after ``begin``: the queue ends before ``stop``.
+            for _b, _s, other in self._inflight:
+                other.cancel()
+            self._inflight.clear()
+            self._next = self.end
+        elif next_offset < stop:
+            self._send(max(next_offset, begin + (0 if body else 1)), stop, append=False)
+        self._fill()
+        self.done = not self._inflight
+        return body, begin, stop
 
-    return iter(run(go()))
+    def next_body(self) -> tuple[bytes | None, int, int]:
+        """The next answer in offset order: ``(records or None, window start, window end)``."""
+        return self._loop.run(self._step())
+
+    def close(self) -> None:
+        async def cancel() -> None:
+            for _b, _s, task in self._inflight:
+                task.cancel()
+            self._inflight.clear()
+        if self._inflight:
+            self._loop.run(cancel())
+
+
+def pull_batches(addr: str, topic: str, queue_id: int, start: int, end: int, broker: str,
+                 subscription: str = "*", rows_per_batch: int = 8192) -> Iterator[Any]:
+    """Arrow record batches of one queue's messages with offsets in ``[start, end)``."""
+    from .columns import RecordColumns
+
+    sub = Subscription.parse(topic, subscription)
+    columns = RecordColumns(topic, broker, None if sub.matches_all else sub.matches_tags)
+    puller = RangePuller(addr, topic, queue_id, start, end, subscription)
+    try:
+        while not puller.done:
+            body, begin, stop = puller.next_body()
+            if body:
+                columns.add(body, begin, stop)
+            if len(columns) >= rows_per_batch:
+                yield columns.batch()
+        if len(columns):
+            yield columns.batch()
+    finally:
+        puller.close()
 
 
 def send_rows(namesrv: str, default_topic: str | None, group: str, rows: Iterable[Any]) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from rocketq import Message, Producer
@@ -31,6 +33,7 @@ def test_batch_read_every_field_and_tag_filter(spark, servers):
         assert row.tags == ("even" if i % 2 == 0 else "odd")
         assert row.properties["n"] == str(i) and row.reconsume_times == 0
         assert abs((row.store_timestamp - row.born_timestamp).total_seconds()) < 60
+        assert abs((dt.datetime.now() - row.born_timestamp).total_seconds()) < 300
     evens = (spark.read.format("rocketq").option("namesrv", servers.namesrv)
              .option("topic", "SparkIn").option("subscription", "even").load())
     assert sorted(int(r.properties["n"]) for r in evens.collect()) == list(range(0, 30, 2))
