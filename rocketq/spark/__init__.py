@@ -20,9 +20,11 @@ from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
-    DataSourceWriter,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -111,11 +113,32 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
     def reader(self, schema: StructType) -> DataSourceReader:
         return RocketMQBatchReader(_lower(self.options))
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return RocketMQWriter(_lower(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(_lower(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return RocketMQStreamWriter(_lower(self.options))
+
+
+def _fail_on_data_loss(options: dict[str, str]) -> bool:
+    value = _option(options, "failOnDataLoss", "true").strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"failOnDataLoss must be true or false, not {value!r}")
+    return value == "true"
+
+
+def _data_lost(fail: bool, topic: str, broker: str, queue_id: int, start: int,
+               low: int) -> int:
+    """Where to read from when ``start`` is below a queue's min offset ``low``: fail, as
+    Kafka's source does by default, or skip to ``low``."""
+    if fail:
+        raise ValueError(
+            f"offsets {start}..{low - 1} of {topic}@{broker}:{queue_id} are gone (retention "
+            "deleted them); set the option failOnDataLoss=false to skip to what is left")
+    return low
 
 
 def _key(topic: str, broker: str, queue_id: int) -> str:
@@ -136,8 +159,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now: dict[str, int] | None = None
         max_rows = options.get("maxmessagespertrigger")
         self.max_rows = int(max_rows) if max_rows else None
+        self.group = options.get("consumergroup")
+        self.fail_on_data_loss = _fail_on_data_loss(options)
 
     def _queues(self) -> dict[str, tuple[int, int]]:
+        """``key -> (min offset, max offset)`` of every queue of the topics now."""
         out = {}
         for (topic, broker, addr, qid), bounds in broker_io.queue_offsets(
                 self.namesrv, self.topics).items():
@@ -185,13 +211,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QueueRange]:
         parts = []
+        bounds: dict[str, tuple[int, int]] | None = None
         for key, stop in sorted(end.items()):
             begin = int(start.get(key, 0))
             if int(stop) <= begin:
                 continue
-            if key not in self.addrs:
-                self._queues()
+            if bounds is None:
+                bounds = self._queues()
             topic, broker, addr, qid = self.addrs[key]
+            low = bounds.get(key, (begin, begin))[0]
+            if begin < low:
+                begin = _data_lost(self.fail_on_data_loss, topic, broker, qid, begin, low)
+                if int(stop) <= begin:
+                    continue
             parts.append(QueueRange(topic, broker, addr, qid, begin, int(stop),
                                     self.subscription))
         return parts
@@ -200,7 +232,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return RocketMQBatchReader.read(self, partition)  # type: ignore[arg-type]
 
     def commit(self, end: dict[str, int]) -> None:
-        """Spark's checkpoint owns progress; nothing to do on the broker."""
+        """Spark's checkpoint owns progress. With the ``consumerGroup`` option, the offsets
+        Spark has finished with are also recorded as that group's consumer offsets, so
+        ``rocketq admin consumer progress`` shows the query's lag."""
+        if not self.group:
+            return
+        if any(key not in self.addrs for key in end):
+            self._queues()
+        offsets = {}
+        for key, offset in end.items():
+            if key in self.addrs:
+                topic, _broker, addr, qid = self.addrs[key]
+                offsets[(addr, topic, qid)] = int(offset)
+        broker_io.commit_offsets(self.group, offsets)
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -218,11 +262,8 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
             start = broker_io.pick_offset(starting, topic, broker, queue_id, low, high, low)
             end = broker_io.pick_offset(ending, topic, broker, queue_id, low, high, high)
             if start < low:
-                if _option(self.options, "failOnDataLoss", "true").lower() == "true":
-                    raise ValueError(
-                        f"offsets {start}..{low} of {topic}@{broker}:{queue_id} are gone "
-                        "(retention deleted them); set failOnDataLoss=false to skip them")
-                start = low
+                start = _data_lost(_fail_on_data_loss(self.options), topic, broker, queue_id,
+                                   start, low)
             if end > start:
                 parts.append(QueueRange(topic, broker, addr, queue_id, start, end,
                                         subscription))
@@ -239,15 +280,32 @@ class SentCount(WriterCommitMessage):  # type: ignore[misc]
     count: int
 
 
-class RocketMQWriter(DataSourceWriter):  # type: ignore[misc]
+class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
     """Rows with ``body`` (binary or string) and optional ``topic``, ``tags``, ``keys``,
-    ``properties`` become messages; the ``topic`` option is the default topic."""
+    ``properties`` become messages; the ``topic`` option is the default topic. A failed send
+    fails the task, and Spark's retry sends the task's rows again: at least once."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        _option(options, "namesrv")
+        self.namesrv = _option(options, "namesrv")
+        self.topic = options.get("topic")
+        self.group = _option(options, "producerGroup", "rocketq-spark-writer")
 
-    def write(self, rows: Iterator[Any]) -> SentCount:
-        return SentCount(broker_io.send_rows(
-            _option(self.options, "namesrv"), self.options.get("topic"),
-            _option(self.options, "producerGroup", "rocketq-spark-writer"), rows))
+    def write(self, batches: Iterator[Any]) -> SentCount:
+        return SentCount(broker_io.send_batches(self.namesrv, self.topic, self.group, batches))
+
+
+class RocketMQStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """The streaming sink: each micro-batch's rows are sent as RocketMQWriter sends them."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self._writer = RocketMQWriter(options)
+
+    def write(self, batches: Iterator[Any]) -> SentCount:
+        return self._writer.write(batches)
+
+    def commit(self, messages: list[SentCount], batchId: int) -> None:  # noqa: N803
+        """Every row of the micro-batch was acknowledged by a broker; nothing left to do."""
+
+    def abort(self, messages: list[SentCount], batchId: int) -> None:  # noqa: N803
+        """Sent messages cannot be taken back; a retried micro-batch sends them again."""

@@ -52,6 +52,24 @@ def queue_offsets(namesrv: str, topics: list[str]
     return run(go())
 
 
+def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int]) -> None:
+    """Record ``(address, topic, queue id) -> next offset`` as ``group``'s consumer offsets on
+    the brokers (UPDATE_CONSUMER_OFFSET), so admin tools show a pipeline's progress and lag."""
+    loop, client = _worker_client()
+
+    async def go() -> None:
+        answers = await asyncio.gather(*(
+            client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+                "consumerGroup": group, "topic": topic, "queueId": qid,
+                "commitOffset": offset}))
+            for (addr, topic, qid), offset in offsets.items()))
+        for r in answers:
+            if r.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"recording offsets of {group} failed: {r.remark}")
+
+    loop.run(go())
+
+
 def pick_offset(spec: str, topic: str, broker: str, queue_id: int, low: int, high: int,
                 default: int) -> int:
     """``earliest``, ``latest``, or JSON ``{"topic": {"broker:queueId": offset}}``
@@ -194,22 +212,63 @@ def pull_batches(addr: str, topic: str, queue_id: int, start: int, end: int, bro
         puller.close()
 
 
-def send_rows(namesrv: str, default_topic: str | None, group: str, rows: Iterable[Any]) -> int:
-    """Send each row as a message; raise on the first failure (the task then fails)."""
-    from ..client.sync import Producer
+def _column(batch: Any, name: str) -> list[Any]:
+    """A column of an Arrow record batch as Python values, or Nones when it is absent."""
+    if name in batch.schema.names:
+        return batch.column(name).to_pylist()  # type: ignore[no-any-return]
+    return [None] * batch.num_rows
 
-    count = 0
-    with Producer(group, namesrv=namesrv) as producer:
-        for row in rows:
-            data = row.asDict() if hasattr(row, "asDict") else dict(row)
-            topic = data.get("topic") or default_topic
-            if not topic:
-                raise ValueError("a row has no topic and the writer has no 'topic' option")
-            body = data["body"]
-            keys = data.get("keys")
-            producer.send(Message(topic, body.encode() if isinstance(body, str) else bytes(body),
-                                  tags=data.get("tags"),
-                                  keys=keys if keys else None,
-                                  properties=data.get("properties") or None))
-            count += 1
-    return count
+
+SEND_WINDOW = 256  # sends in flight per writing task
+
+
+def send_batches(namesrv: str, default_topic: str | None, group: str,
+                 batches: Iterable[Any]) -> int:
+    """Send each row of Arrow record batches as a message, with up to SEND_WINDOW sends in
+    flight. The first failed send raises (the Spark task then fails and is retried: at least
+    once). Columns: ``body`` (binary or string), optional ``topic``, ``tags``, ``keys``
+    (a string or a list of strings), ``properties`` (a map)."""
+    from ..client.producer import AsyncProducer
+
+    loop, _client = _worker_client()
+
+    def messages() -> Iterator[Message]:
+        for batch in batches:
+            if "body" not in batch.schema.names:
+                raise ValueError("the rocketq sink needs a 'body' column (binary or string)")
+            for body, topic, tags, keys, props in zip(
+                    *(_column(batch, name) for name in ("body", "topic", "tags", "keys",
+                                                        "properties")), strict=True):
+                topic = topic or default_topic
+                if not topic:
+                    raise ValueError("a row has no topic and the writer has no 'topic' option")
+                if body is None:
+                    raise ValueError(f"a row for {topic} has a null body")
+                yield Message(topic, body, tags=tags or None, keys=keys or None,
+                              properties=dict(props) if props else None)
+
+    async def go() -> int:
+        sent = 0
+        producer = AsyncProducer(group, namesrv)
+        await producer.start()
+        pending: set[asyncio.Future[Any]] = set()
+        try:
+            for message in messages():
+                pending.add(asyncio.ensure_future(producer.send(message)))
+                if len(pending) >= SEND_WINDOW:
+                    done, pending = await asyncio.wait(pending,
+                                                       return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        task.result()
+                        sent += 1
+            for task in asyncio.as_completed(pending):
+                await task
+                sent += 1
+            pending = set()
+        finally:
+            for task in pending:
+                task.cancel()
+            await producer.shutdown()
+        return sent
+
+    return loop.run(go())
