@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,15 +17,18 @@ run: $(STAMP)
 	$(BIN)/rocketq standalone
 
 test: $(STAMP)
-	$(BIN)/ruff check rocketq tests benchmarks
+	$(BIN)/ruff check rocketq tests benchmarks examples
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check rocketq tests benchmarks
+	$(BIN)/ruff check rocketq tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
 	$(BIN)/python benchmarks/e2e_bench.py
+
+example: $(STAMP)
+	$(BIN)/python -m examples.clickstream
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -112,14 +112,8 @@ async def _cluster_info(instance: ClientInstance) -> dict[str, Any]:
     return fastjson.loads(r.body)
 
 
-def _masters(info: dict[str, Any], cluster: str | None = None) -> dict[str, str]:
-    names = set(info.get("clusterAddrTable", {}).get(cluster, [])) if cluster else None
-    out = {}
-    for name, data in info.get("brokerAddrTable", {}).items():
-        addrs = {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
-        if 0 in addrs and (names is None or name in names):
-            out[name] = addrs[0]
-    return out
+async def _masters(args: argparse.Namespace, instance: ClientInstance) -> dict[str, str]:
+    return await AsyncAdmin(args.namesrv, instance=instance).masters()
 
 
 async def _run(args: argparse.Namespace, body: Any) -> int:
@@ -132,19 +126,14 @@ async def _run(args: argparse.Namespace, body: Any) -> int:
 
 async def topic_create(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        masters = _masters(await _cluster_info(instance), args.cluster)
-        if not masters:
-            print("no master broker found", file=sys.stderr)
+        try:
+            masters = await AsyncAdmin(args.namesrv, instance=instance).create_topic(
+                args.topic, args.queues, cluster=args.cluster, perm=args.perm,
+                order=args.order)
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
             return 1
         for name, addr in sorted(masters.items()):
-            r = await instance.remoting.invoke(addr, RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_TOPIC, {
-                    "topic": args.topic, "defaultTopic": "TBW102", "readQueueNums": args.queues,
-                    "writeQueueNums": args.queues, "perm": args.perm,
-                    "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": args.order}))
-            if r.code != ResponseCode.SUCCESS:
-                print(f"{name} ({addr}): {r.remark}", file=sys.stderr)
-                return 1
             print(f"created {args.topic} on {name} ({addr}) with {args.queues} queues")
         return 0
     return await _run(args, body)
@@ -201,7 +190,7 @@ async def topic_status(args: argparse.Namespace) -> int:
 
 async def topic_delete(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        for addr in sorted(_masters(await _cluster_info(instance)).values()):
+        for addr in sorted((await _masters(args, instance)).values()):
             await instance.remoting.invoke(addr, RemotingCommand.request(
                 RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic}))
         for addr in instance.namesrv_addrs:
@@ -245,7 +234,7 @@ async def consumer_progress(args: argparse.Namespace) -> int:
             ext["topic"] = args.topic
         total_lag = 0
         rows = []
-        for name, addr in sorted(_masters(await _cluster_info(instance)).items()):
+        for name, addr in sorted((await _masters(args, instance)).items()):
             r = await instance.remoting.invoke(addr, RemotingCommand.request(
                 RequestCode.GET_CONSUME_STATS, ext))
             if r.code != ResponseCode.SUCCESS:
@@ -271,7 +260,7 @@ async def consumer_progress(args: argparse.Namespace) -> int:
 async def consumer_connections(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         found = False
-        for name, addr in sorted(_masters(await _cluster_info(instance)).items()):
+        for name, addr in sorted((await _masters(args, instance)).items()):
             r = await instance.remoting.invoke(addr, RemotingCommand.request(
                 RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": args.group}))
             if r.code != ResponseCode.SUCCESS:

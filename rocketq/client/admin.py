@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.message import MessageFormatError, decode_offset_msg_id, decode_records
@@ -21,6 +22,38 @@ class AsyncAdmin:
 
     async def close(self) -> None:
         await self.instance.remoting.close()
+
+    async def masters(self, cluster: str | None = None) -> dict[str, str]:
+        """``broker name -> master address`` of every broker (of ``cluster``, if given)."""
+        r = await self.instance.invoke_namesrv(lambda: RemotingCommand.request(
+            RequestCode.GET_BROKER_CLUSTER_INFO))
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(f"cluster info: {r.remark}")
+        info = fastjson.loads(r.body)
+        names = set(info.get("clusterAddrTable", {}).get(cluster, [])) if cluster else None
+        out = {}
+        for name, data in info.get("brokerAddrTable", {}).items():
+            addrs = {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
+            if 0 in addrs and (names is None or name in names):
+                out[name] = addrs[0]
+        return out
+
+    async def create_topic(self, topic: str, queues: int = 4, *, cluster: str | None = None,
+                           perm: int = 6, order: bool = False) -> dict[str, str]:
+        """Create (or update) ``topic`` with ``queues`` read and write queues on every master
+        broker (of ``cluster``); returns the brokers it was created on."""
+        masters = await self.masters(cluster)
+        if not masters:
+            raise ClientError("no master broker found" + (f" in {cluster}" if cluster else ""))
+        for name, addr in sorted(masters.items()):
+            r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                    "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
+                    "writeQueueNums": queues, "perm": perm, "topicFilterType": "SINGLE_TAG",
+                    "topicSysFlag": 0, "order": order}))
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(f"creating {topic} on {name} ({addr}): {r.remark}")
+        return masters
 
     async def view_message(self, offset_msg_id: str) -> ReceivedMessage:
         """The message with this offset id (it names its broker and CommitLog offset)."""

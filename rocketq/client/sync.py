@@ -263,7 +263,8 @@ async def _value(fn: Callable[[], T]) -> T:
 
 
 class Admin:
-    """Message queries: ``view_message(offset_msg_id)``, ``query_messages(topic, key, ...)``,
+    """Topics and message queries: ``create_topic(topic, queues)``,
+    ``view_message(offset_msg_id)``, ``query_messages(topic, key, ...)``,
     ``query_message_by_unique_key(topic, msg_id)``, ``search_offset(mq, timestamp_ms)``."""
 
     def __init__(self, namesrv: str) -> None:
@@ -278,6 +279,9 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def create_topic(self, topic: str, queues: int = 4, **options: Any) -> dict[str, str]:
+        return self._loop.run(self._async.create_topic(topic, queues, **options))
 
     def view_message(self, offset_msg_id: str) -> ReceivedMessage:
         return self._loop.run(self._async.view_message(offset_msg_id))
