@@ -282,7 +282,8 @@ class SentCount(WriterCommitMessage):  # type: ignore[misc]
 
 class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
     """Rows with ``body`` (binary or string) and optional ``topic``, ``tags``, ``keys``,
-    ``properties`` become messages; the ``topic`` option is the default topic. A failed send
+    ``properties`` become messages; the ``topic`` option, when given, overrides the ``topic``
+    column (as in Kafka's sink). A failed send
     fails the task, and Spark's retry sends the task's rows again: at least once."""
 
     def __init__(self, options: dict[str, str]) -> None:

@@ -226,8 +226,9 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
                  batches: Iterable[Any]) -> int:
     """Send each row of Arrow record batches as a message, with up to SEND_WINDOW sends in
     flight. The first failed send raises (the Spark task then fails and is retried: at least
-    once). Columns: ``body`` (binary or string), optional ``topic``, ``tags``, ``keys``
-    (a string or a list of strings), ``properties`` (a map)."""
+    once). Columns: ``body`` (binary or string), optional ``topic`` (used when there is no
+    ``default_topic``), ``tags``, ``keys`` (a string or a list of strings), ``properties``
+    (a map)."""
     from ..client.producer import AsyncProducer
 
     loop, _client = _worker_client()
@@ -239,7 +240,7 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
             for body, topic, tags, keys, props in zip(
                     *(_column(batch, name) for name in ("body", "topic", "tags", "keys",
                                                         "properties")), strict=True):
-                topic = topic or default_topic
+                topic = default_topic or topic  # the option wins, as in Kafka's sink
                 if not topic:
                     raise ValueError("a row has no topic and the writer has no 'topic' option")
                 if body is None:

@@ -147,3 +147,39 @@ def test_offsets_below_the_min_fail_or_skip(spark, servers, tmp_path):
     rows, error = stream("false", tmp_path / "c2")
     assert error is None
     assert sorted(r.queue_offset for r in rows) == list(range(low, 200))
+
+
+def test_readme_spark_example_runs(spark, servers, tmp_path):
+    from ..test_readme import python_blocks
+
+    block = next(b for b in python_blocks() if 'format("rocketq")' in b)
+    for topic in ("Orders", "Results", "Shouted"):
+        servers.create_topic(topic, 2)
+    with Producer("pg", namesrv=servers.namesrv) as producer:
+        for tag in ("paid", "refunded", "created"):
+            producer.send(Message("Orders", f"order {tag}", tags=tag))
+    code = (block.replace('"127.0.0.1:9876"', repr(servers.namesrv))
+            .replace('"/data/checkpoints/shout"', repr(str(tmp_path / "shout"))))
+    namespace = {"spark": spark}
+    exec(compile(code, "README.md", "exec"), namespace)
+    try:
+        assert sorted(r.body for r in namespace["df"].collect()) == [b"order paid",
+                                                                     b"order refunded"]
+        (query,) = spark.streams.active
+        wait_for(lambda: query.recentProgress, 60)  # started at the latest offsets
+        with Producer("pg", namesrv=servers.namesrv) as producer:
+            producer.send(Message("Orders", "late order"))
+        got = []
+        with PullConsumer("readme-check", namesrv=servers.namesrv,
+                          from_where="first") as consumer:
+            consumer.subscribe("Results")
+            consumer.subscribe("Shouted")
+            consumer.start()
+            wait_for(lambda: got.extend(consumer.poll(0.3)) or len(got) >= 3, 60)
+            got.extend(consumer.poll(0.5))
+        assert sorted((m.topic, m.body) for m in got) == [
+            ("Results", b"order paid"), ("Results", b"order refunded"),
+            ("Shouted", b"LATE ORDER")]
+    finally:
+        for query in spark.streams.active:
+            query.stop()
