@@ -4,6 +4,7 @@
     rocketq namesrv --port 9876
     rocketq broker -c broker.conf
     rocketq admin topic list --namesrv 127.0.0.1:9876
+    rocketq bench produce --start-broker --mode async --count 100000
 """
 
 from __future__ import annotations
@@ -131,15 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_run_standalone)
 
     from .admin import add_admin_parser
+    from .bench import add_bench_parser
 
     add_admin_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _setup_logging(args.log_level or ("WARNING" if args.command == "admin" else "INFO"))
+    _setup_logging(args.log_level or ("WARNING" if args.command in ("admin", "bench")
+                                      else "INFO"))
     if args.command == "standalone" and args.broker_port is None:
         args.broker_port = 10911
     from ..remoting import run
