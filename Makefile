@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench example clean
+.PHONY: run test lint bench bench-deps compare example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
 	$(BIN)/python benchmarks/e2e_bench.py
+
+# The peers compare_peers.py measures rocketq against (Debian packages) and their clients.
+bench-deps: $(STAMP)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server nats-server rabbitmq-server
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+
+compare: $(STAMP)
+	$(BIN)/python benchmarks/compare_peers.py --chart docs/benchmarks.png
 
 example: $(STAMP)
 	$(BIN)/python -m examples.clickstream
