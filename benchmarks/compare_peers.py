@@ -20,7 +20,8 @@ Cells, 128-byte messages: ``sync`` sends one at a time waiting for each acknowle
 (``--sync-count`` messages or ``--sync-seconds``, whichever ends first), ``pipelined`` keeps
 ``--window`` sends in flight, ``batch`` sends batches of 32 (8 in flight: rocketq's batch
 request, a Redis pipeline of 32 XADDs, 32 publishes then their acks on NATS and RabbitMQ), and
-``consume`` reads everything back with one consumer. ``--count`` messages per cell.
+``consume`` reads everything back with one consumer. ``--count`` messages per cell. Every
+client runs on uvloop.
 """
 
 from __future__ import annotations
@@ -114,6 +115,13 @@ def sent(total: int, window: int) -> int:
 
 
 # ---------------------------------------------------------------------------- rocketq
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """Every client runs on uvloop (when installed), so the loop is the same for all."""
+    from rocketq.remoting import new_event_loop as rocketq_loop
+
+    return rocketq_loop()
 
 
 def start_rocketq(data_dir: str, flush: str) -> tuple[subprocess.Popen[str], str]:
@@ -367,7 +375,8 @@ def measure(name: str, args: Args) -> dict[str, float] | None:
             work = run_rabbitmq(port, args)
         try:
             t0 = time.monotonic()
-            result = asyncio.run(work)  # type: ignore[arg-type]
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                result = runner.run(work)  # type: ignore[arg-type]
             print(f"{name}: done in {time.monotonic() - t0:.0f} s", file=sys.stderr)
             return result
         finally:
