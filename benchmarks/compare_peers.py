@@ -467,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.chart:
         chart(systems, args.chart, f"measured {time.strftime('%Y-%m-%d')} on "
                                    f"{os.cpu_count()} cores, Python {sys.version.split()[0]}")
-    if args.json:
+    if args.json:  # the table still goes to the terminal, on standard error
+        print(table(systems, ratio), file=sys.stderr)
         print(json.dumps({"systems": systems, "ratios": ratio}))
     else:
         print(table(systems, ratio))
