@@ -267,8 +267,6 @@ class MessageStore:
         self.recovered_abnormally = False
         self.last_clean_time = 0.0
         self._flush_error: BaseException | None = None
-        self._dispatch_loop: asyncio.AbstractEventLoop | None = None
-        self._inline_pending = False
         if start:
             self.start()
 
@@ -289,7 +287,7 @@ class MessageStore:
             self._group_commit = _GroupCommit(self.commitlog, cfg.syncFlushTimeout / 1000)
         self._stop.clear()
         self.running = True
-        for name, target in (("dispatcher", self._dispatch_thread),
+        for name, target in (("dispatcher", self._dispatch_loop),
                              ("commitlog-flusher", self._flush_loop),
                              ("housekeeper", self._housekeeping_loop)):
             t = threading.Thread(target=target, name=f"rocketq-store-{name}", daemon=True)
@@ -379,38 +377,8 @@ class MessageStore:
         return (await self.put_messages_async((message,)))[0]
 
     def _on_append(self, end: int) -> None:
-        loop = self._dispatch_loop
-        if loop is not None:
-            if not self._inline_pending:
-                self._inline_pending = True
-                try:
-                    loop.call_soon_threadsafe(self._dispatch_inline)
-                    return
-                except RuntimeError:  # the loop is closed: the thread takes over
-                    self._dispatch_loop = None
-                    self._inline_pending = False
-            else:
-                return
         if not self._dispatch_event.is_set():
             self._dispatch_event.set()
-
-    def dispatch_on(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """Dispatch on ``loop`` right after the callbacks that appended (a broker's own event
-        loop), instead of waking the dispatcher thread for each append. Both threads would
-        otherwise trade the interpreter lock for every message, which costs more than the
-        dispatch itself; the thread stays as a fallback. ``None`` goes back to the thread."""
-        self._dispatch_loop = loop
-
-    def _dispatch_inline(self) -> None:
-        self._inline_pending = False
-        if self._dispatcher.reput_offset >= self.commitlog.max_offset:
-            return
-        try:
-            self.dispatch(wait=0)
-        except Exception:
-            log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
-        if self._dispatcher.reput_offset < self.commitlog.max_offset:
-            self._dispatch_event.set()  # the thread was busy, or failed: let it finish
 
     # ================================================================== dispatch
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
@@ -421,7 +389,7 @@ class MessageStore:
     def remove_dispatch_listener(self, listener: DispatchListener) -> None:
         self._listeners.remove(listener)
 
-    def _dispatch_thread(self) -> None:
+    def _dispatch_loop(self) -> None:
         while not self._stop.is_set():
             self._dispatch_event.wait(0.5)
             self._dispatch_event.clear()
