@@ -252,7 +252,7 @@ class ClientInstance:
 
     def _on_reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """PUSH_REPLY_MESSAGE_TO_CLIENT: a reply to one of our requests."""
-        from ..protocol.message import decode_properties
+        from ..protocol.message import decode_properties, plain_body
         from .message import ReceivedMessage
 
         ext = cmd.ext_fields
@@ -262,11 +262,7 @@ class ClientInstance:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark="no request waits for it")
         host, _, port = (ext.get("bornHost") or ":0").rpartition(":")
         store_host, _, store_port = (ext.get("storeHost") or ":0").rpartition(":")
-        body = cmd.body
-        if int(ext.get("sysFlag", "0") or 0) & 1:
-            import zlib
-
-            body = zlib.decompress(body)
+        body = plain_body(cmd.body, int(ext.get("sysFlag", "0") or 0))
         fut.set_result(ReceivedMessage(
             ext.get("topic", ""), body, int(ext.get("queueId", "0") or 0), -1, -1, "", props,
             props.get("UNIQ_KEY", ""), "", int(ext.get("bornTimestamp", "0") or 0),

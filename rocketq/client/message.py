@@ -8,11 +8,10 @@ import socket
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..protocol.message import MessageRecord, Property, SysFlag
+from ..protocol.message import MessageRecord, Property, plain_body
 
 
 @dataclass(frozen=True, order=True)
@@ -172,12 +171,7 @@ class ReceivedMessage:
 
     @classmethod
     def from_record(cls, record: MessageRecord, broker_name: str) -> ReceivedMessage:
-        body = record.body
-        if record.sysflag & SysFlag.COMPRESSED:
-            try:
-                body = zlib.decompress(body)
-            except zlib.error:
-                pass  # not zlib after all (another codec): hand over the bytes as stored
+        body = plain_body(record.body, record.sysflag)
         topic = record.topic
         retry_of = record.properties.get(Property.RETRY_TOPIC)
         if retry_of and topic.startswith("%RETRY%"):

@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import mul
+from typing import Any
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -263,16 +264,16 @@ def encode_record(record: MessageRecord) -> bytes:
                      props))
 
 
-def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False,
-                  decompress: bool = False) -> MessageRecord:
-    """Decode the record at ``pos``. Never trusts a length: a bad one raises MessageFormatError."""
-    view = memoryview(buf)
+def record_layout(view: memoryview, pos: int = 0) -> tuple[tuple[Any, ...], int, int, int]:
+    """Check the record at ``pos`` and find its parts, without copying any: returns the 17
+    header fields (RECORD_HEADER), where the topic starts, the topic's length and where the
+    properties start (they run to the record's end). Never trusts a length: a bad one raises
+    MessageFormatError."""
     end = len(view)
     if end - pos < RECORD_HEADER_SIZE:
         raise MessageFormatError("truncated record header")
-    (total, magic, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_ip, born_port,
-     store_ts, store_ip, store_port, reconsume, prepared, body_len) = RECORD_HEADER.unpack_from(
-        view, pos)
+    fields = RECORD_HEADER.unpack_from(view, pos)
+    total, magic, sysflag, body_len = fields[0], fields[1], fields[7], fields[16]
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
     if sysflag & (SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6):
@@ -281,16 +282,14 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
         raise MessageFormatError(f"bad total size {total} at {pos}")
     if body_len < 0 or RECORD_OVERHEAD + body_len > total:
         raise MessageFormatError(f"bad body length {body_len} at {pos}")
-    p = pos + RECORD_HEADER_SIZE
-    body = bytes(view[p:p + body_len])
-    p += body_len
+    p = pos + RECORD_HEADER_SIZE + body_len
     if magic == MAGIC_V1:
         topic_len = view[p]
         p += 1
     else:
         topic_len = int.from_bytes(view[p:p + 2], "big")
         p += 2
-    topic = bytes(view[p:p + topic_len]).decode()
+    topic_at = p
     p += topic_len
     if p + 2 > pos + total:
         raise MessageFormatError(f"bad topic length at {pos}")
@@ -298,11 +297,35 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
     p += 2
     if p + props_len != pos + total:
         raise MessageFormatError(f"record lengths do not add up at {pos}")
-    props = decode_properties(view[p:p + props_len])
+    return fields, topic_at, topic_len, p
+
+
+def plain_body(body: bytes, sysflag: int) -> bytes:
+    """The body as the producer gave it: zlib-decompressed when SYSFLAG says COMPRESSED. A
+    body another codec compressed is handed over as stored."""
+    if sysflag & SysFlag.COMPRESSED:
+        try:
+            return zlib.decompress(body)
+        except zlib.error:
+            pass
+    return body
+
+
+def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False,
+                  decompress: bool = False) -> MessageRecord:
+    """Decode the record at ``pos``. Never trusts a length: a bad one raises MessageFormatError."""
+    view = memoryview(buf)
+    fields, topic_at, topic_len, props_at = record_layout(view, pos)
+    (total, _magic, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_ip,
+     born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = fields
+    body_at = pos + RECORD_HEADER_SIZE
+    body = bytes(view[body_at:body_at + body_len])
+    topic = bytes(view[topic_at:topic_at + topic_len]).decode()
+    props = decode_properties(view[props_at:pos + total])
     if check_crc and body_crc(body) != crc:
         raise MessageFormatError(f"body CRC mismatch at {pos}")
-    if decompress and sysflag & SysFlag.COMPRESSED:
-        body = zlib.decompress(body)
+    if decompress:
+        body = plain_body(body, sysflag)
     return MessageRecord(
         topic=topic, body=body, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
         commitlog_offset=phys, sysflag=sysflag, born_timestamp=born_ts,

@@ -8,18 +8,17 @@ timestamps are microseconds in UTC.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 
 import pyarrow as pa
 
 from ..protocol.message import (
-    MAGIC_V1,
-    RECORD_HEADER,
     RECORD_HEADER_SIZE,
-    MessageFormatError,
-    SysFlag,
+    Property,
     create_offset_msg_id,
+    decode_properties,
+    plain_body,
+    record_layout,
 )
 
 ARROW_SCHEMA = pa.schema([
@@ -75,54 +74,27 @@ class RecordColumns:
         size = len(view)
         pos = 0
         seen = start
-        unpack = RECORD_HEADER.unpack_from
         while pos < size:
-            if size - pos < RECORD_HEADER_SIZE:
-                raise MessageFormatError("truncated record header")
-            (total, magic, _crc, queue_id, _flag, queue_offset, phys, sysflag, born_ts,
+            fields, _topic_at, _topic_len, props_at = record_layout(view, pos)
+            (total, _magic, _crc, queue_id, _flag, queue_offset, phys, sysflag, born_ts,
              _born_ip, _born_port, store_ts, store_ip, store_port, reconsume, _prepared,
-             body_len) = unpack(view, pos)
-            if total < RECORD_HEADER_SIZE + 3 or pos + total > size or body_len < 0:
-                raise MessageFormatError(f"bad record lengths at {pos}")
-            record_end = pos + total
-            p = pos + RECORD_HEADER_SIZE
-            body_at = p
-            p += body_len
-            if magic == MAGIC_V1:
-                topic_len = view[p]
-                p += 1
-            else:
-                topic_len = int.from_bytes(view[p:p + 2], "big")
-                p += 2
-            p += topic_len
-            props_len = int.from_bytes(view[p:p + 2], "big")
-            p += 2
-            if p + props_len != record_end:
-                raise MessageFormatError(f"record lengths do not add up at {pos}")
-            pos = record_end
+             body_len) = fields
+            record_at, pos = pos, pos + total
             if queue_offset < start or (end is not None and queue_offset >= end):
                 continue
             seen = max(seen, queue_offset + 1)
-            props = {}
-            for segment in str(view[p:p + props_len], "utf-8", "replace").split("\x02"):
-                name, sep, value = segment.partition("\x01")
-                if sep and name:
-                    props[name] = value
-            tag = props.get("TAGS")
+            props = decode_properties(view[props_at:pos])
+            tag = props.get(Property.TAGS)
             if self.accept is not None and not self.accept(tag):
                 continue
-            body = view[body_at:body_at + body_len].tobytes()
-            if sysflag & SysFlag.COMPRESSED:
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:
-                    pass  # another codec: hand over the bytes as stored
+            body_at = record_at + RECORD_HEADER_SIZE
+            body = plain_body(view[body_at:body_at + body_len].tobytes(), sysflag)
             self.queue_ids.append(queue_id)
             self.offsets.append(queue_offset)
-            self.msg_ids.append(props.get("UNIQ_KEY")
+            self.msg_ids.append(props.get(Property.UNIQ_KEY)
                                 or create_offset_msg_id(store_ip, store_port, phys))
             self.tags.append(tag)
-            keys = props.get("KEYS")
+            keys = props.get(Property.KEYS)
             if keys:
                 self.key_values.extend(k for k in keys.split(" ") if k)
             self.key_offsets.append(len(self.key_values))

@@ -20,6 +20,7 @@ from ..protocol.message import (
     java_hash,
     property_value,
 )
+from ..protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .index import IndexService
@@ -29,8 +30,8 @@ _FIELDS = struct.Struct(">ii4xi4xq8xi16xq8x4x8xi")
 _HEADER_SIZE = 88
 _TAGS = b"TAGS"
 _DELAY = b"DELAY"
-_SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
-_TIMER_TOPIC = b"rmq_sys_wheel_timer"
+_SCHEDULE_TOPIC = SCHEDULE_TOPIC.encode()
+_TIMER_TOPIC = TIMER_TOPIC.encode()
 _TIMER_OUT = b"TIMER_OUT_MS"
 _KEYS = b"KEYS"
 _UNIQ = b"UNIQ_KEY"
