@@ -42,17 +42,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_bench import free_port, percentile  # noqa: E402
+
 CELLS = ["sync_msgs_s", "sync_p99_ms", "pipelined_msgs_s", "batch_msgs_s", "consume_msgs_s"]
 LATENCY_CELLS = {"sync_p99_ms", "sync_p50_ms"}
 BODY = b"x" * 128
 BATCH = 32
 BATCHES_IN_FLIGHT = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, proc: subprocess.Popen[Any], seconds: float = 60) -> None:
@@ -65,11 +63,6 @@ def wait_port(port: int, proc: subprocess.Popen[Any], seconds: float = 60) -> No
                 return
         time.sleep(0.1)
     raise RuntimeError(f"{proc.args[0]} did not listen on {port}")
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p))] if ordered else 0.0
 
 
 class Args:
@@ -125,9 +118,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def start_rocketq(data_dir: str, flush: str) -> tuple[subprocess.Popen[str], str]:
-    from rocketq.cli.bench import start_standalone
+    from rocketq.cli import spawn_standalone
 
-    return start_standalone(data_dir, flush)
+    return spawn_standalone(data_dir, flush=flush)
 
 
 async def run_rocketq(namesrv: str, args: Args, topic: str = "Compare") -> dict[str, float]:

@@ -17,7 +17,6 @@ import shutil
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -34,18 +33,10 @@ def free_port() -> int:
 
 
 def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
-    ns_port, broker_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketq.cli", "--log-level", "WARNING", "standalone",
-         "--data-dir", data_dir, "--namesrv-port", str(ns_port), "--broker-port",
-         str(broker_port), "--flush", "async"], stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        if "connect clients" in proc.stdout.readline():
-            return proc, f"127.0.0.1:{ns_port}"
-    proc.kill()
-    raise RuntimeError("rocketq standalone did not start")
+    """``rocketq standalone`` with ASYNC_FLUSH in a child process; it and its NameServer."""
+    from rocketq.cli import spawn_standalone
+
+    return spawn_standalone(data_dir, flush="async")
 
 
 def percentile(values: list[float], p: float) -> float:

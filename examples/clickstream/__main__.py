@@ -7,37 +7,17 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from rocketq.cli import spawn_standalone
+
 from . import generator, pipeline, printer
 
 SMALL_STORE = ("mappedFileSizeCommitLog=67108864\nmaxHashSlotNum=65536\nmaxIndexNum=262144\n"
                "mappedFileSizeConsumeQueue=600000\n")
-
-
-def start_standalone(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    """``rocketq standalone`` on free ports; returns the process and its NameServer address."""
-    conf = data_dir / "broker.conf"
-    conf.write_text(SMALL_STORE)
-    proc = subprocess.Popen([sys.executable, "-m", "rocketq", "--log-level", "warning",
-                             "standalone", "--data-dir", str(data_dir / "store"),
-                             "--namesrv-port", "0", "--broker-port", "0", "-c", str(conf)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        text = proc.stdout.readline()
-        if "namesrv=" in text:
-            return proc, text.split('namesrv="', 1)[1].split('"', 1)[0]
-        if not text and proc.poll() is not None:
-            break
-    proc.kill()
-    raise RuntimeError("the standalone broker did not start")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         broker = None
         namesrv = args.namesrv
         if namesrv is None:
-            broker, namesrv = start_standalone(Path(tmp))
+            conf = Path(tmp) / "broker.conf"
+            conf.write_text(SMALL_STORE)
+            broker, namesrv = spawn_standalone(str(Path(tmp) / "store"), config=str(conf))
             print(f"standalone broker up, namesrv={namesrv}", flush=True)
         try:
             from rocketq import Admin

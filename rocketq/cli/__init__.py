@@ -14,7 +14,9 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
 import sys
+import time
 from typing import Any
 
 from .. import __version__
@@ -28,13 +30,14 @@ def _setup_logging(level: str) -> None:
                         stream=sys.stderr)
 
 
-async def _wait_for_signal() -> None:
-    """Return on SIGINT or SIGTERM (Ctrl-C, or a service manager stopping us)."""
+def _stop_on_signal() -> asyncio.Event:
+    """An event set on SIGINT or SIGTERM (Ctrl-C, or a service manager stopping us). Made
+    before a server says it is ready, so a signal right after that still stops it cleanly."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -53,23 +56,25 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
 async def _run_namesrv(args: argparse.Namespace) -> None:
     from ..namesrv import NameServer
 
+    stop = _stop_on_signal()
     ns = NameServer(args.host, args.port)
     await ns.start()
     print(f"NameServer listening on {ns.address}", flush=True)
-    await _wait_for_signal()
+    await stop.wait()
     await ns.stop()
 
 
 async def _run_broker(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
 
+    stop = _stop_on_signal()
     broker = Broker(*load_broker_conf(args.config, **_broker_overrides(args)))
     for key in broker.config.unknown:
         log.warning("broker.conf key %r is not used by rocketq", key)
     await broker.start()
     print(f"Broker {broker.config.brokerName} listening on {broker.address} "
           f"(NameServer {broker.config.namesrvAddr})", flush=True)
-    await _wait_for_signal()
+    await stop.wait()
     await broker.stop()
 
 
@@ -77,6 +82,7 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
     from ..namesrv import NameServer
 
+    stop = _stop_on_signal()
     ns = NameServer(args.host, args.namesrv_port)
     await ns.start()
     overrides = _broker_overrides(args)
@@ -88,10 +94,36 @@ async def _run_standalone(args: argparse.Namespace) -> None:
           f"{broker.config.brokerName} {broker.address}, data in "
           f"{broker.store_config.storePathRootDir}", flush=True)
     print(f"connect clients with namesrv=\"{ns.address}\"; Ctrl-C stops", flush=True)
-    await _wait_for_signal()
+    await stop.wait()
     print("stopping...", flush=True)
     await broker.stop()
     await ns.stop()
+
+
+def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | None = None,
+                     log_level: str = "WARNING", timeout: float = 30
+                     ) -> tuple[subprocess.Popen[str], str]:
+    """Start ``rocketq standalone`` in a child process on free ports, with its store in
+    ``data_dir`` (and ``flush`` mode, ``config`` broker.conf); return the process and its
+    NameServer address once it serves. Stop it with ``terminate()``."""
+    argv = [sys.executable, "-m", "rocketq.cli", "--log-level", log_level, "standalone",
+            "--data-dir", data_dir, "--namesrv-port", "0", "--broker-port", "0"]
+    if flush:
+        argv += ["--flush", flush]
+    if config:
+        argv += ["-c", config]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if 'namesrv="' in line:
+            return proc, line.split('namesrv="', 1)[1].split('"', 1)[0]
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    raise RuntimeError("the standalone broker did not start")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import orjson
+
+from . import spawn_standalone
 
 MODES = ("sync", "async", "oneway", "batch")
 
@@ -320,24 +321,6 @@ async def bench(args: argparse.Namespace, namesrv: str) -> dict[str, Any]:
     return result
 
 
-def start_standalone(data_dir: str, flush: str) -> tuple[subprocess.Popen[str], str]:
-    """``rocketq standalone`` in a child process on free ports; returns it and its NameServer."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketq.cli", "--log-level", "WARNING", "standalone",
-         "--data-dir", data_dir, "--namesrv-port", "0", "--broker-port", "0", "--flush",
-         flush], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if 'namesrv="' in line:
-            return proc, line.split('namesrv="', 1)[1].split('"', 1)[0]
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise RuntimeError("the standalone broker did not start")
-
-
 def _table(result: dict[str, Any]) -> str:
     rows = [("measure", "produce", "consume")]
     parts = [result.get("produce"), result.get("consume")]
@@ -369,7 +352,7 @@ def _table(result: dict[str, Any]) -> str:
 async def run_bench(args: argparse.Namespace) -> int:
     if args.start_broker:
         with tempfile.TemporaryDirectory(prefix="rocketq-bench-") as data_dir:
-            proc, namesrv = await asyncio.to_thread(start_standalone, data_dir, args.flush)
+            proc, namesrv = await asyncio.to_thread(spawn_standalone, data_dir, flush=args.flush)
             try:
                 result = await bench(args, namesrv)
                 result["broker"] = f"rocketq standalone, {args.flush} flush"
