@@ -31,6 +31,20 @@ FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_O
 MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
 
 
+def pull_request(group: str, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription,
+                 *, sysflag: int, commit: int = 0, suspend_ms: int = 0) -> RemotingCommand:
+    """A PULL_MESSAGE request (PullMessageRequestHeader) for ``max_nums`` messages of ``mq``
+    from ``offset``."""
+    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id,
+           "queueOffset": offset, "maxMsgNums": max_nums, "sysFlag": sysflag,
+           "commitOffset": commit, "suspendTimeoutMillis": suspend_ms,
+           "subscription": sub.expression, "subVersion": sub.sub_version,
+           "expressionType": sub.expression_type}
+    if mq.broker_name:
+        ext["bname"] = mq.broker_name
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+
+
 class GroupConsumer:
     """Base of the push and pull consumers."""
 
@@ -252,12 +266,8 @@ class GroupConsumer:
                     commit: int, batch: int, suspend_timeout: float) -> RemotingCommand | None:
         """One PULL_MESSAGE (long-polled when ``sysflag`` allows); None after a failure, once
         the 3 s back-off RocketMQ's clients use has passed."""
-        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
-            "queueOffset": offset, "maxMsgNums": batch, "sysFlag": sysflag,
-            "commitOffset": commit, "suspendTimeoutMillis": int(suspend_timeout * 1000),
-            "subscription": sub.expression, "subVersion": sub.sub_version,
-            "expressionType": sub.expression_type, "bname": mq.broker_name})
+        cmd = pull_request(self.group, mq, offset, batch, sub, sysflag=sysflag, commit=commit,
+                           suspend_ms=int(suspend_timeout * 1000))
         try:
             return await self.instance.invoke_broker(mq.broker_name, cmd, suspend_timeout + 15,
                                                      mq.topic)

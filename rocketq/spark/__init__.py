@@ -141,6 +141,13 @@ def _data_lost(fail: bool, topic: str, broker: str, queue_id: int, start: int,
     return low
 
 
+def _read(partition: QueueRange) -> Iterator[Any]:
+    """Arrow record batches of one partition, pulled from the broker that owns its queue."""
+    return broker_io.pull_batches(partition.addr, partition.topic, partition.queue_id,
+                                  partition.start, partition.end, partition.broker,
+                                  partition.subscription)
+
+
 def _key(topic: str, broker: str, queue_id: int) -> str:
     return f"{topic}|{broker}|{queue_id}"
 
@@ -229,7 +236,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[Any]:
-        return RocketMQBatchReader.read(self, partition)  # type: ignore[arg-type]
+        return _read(partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark's checkpoint owns progress. With the ``consumerGroup`` option, the offsets
@@ -270,9 +277,7 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[Any]:
-        return broker_io.pull_batches(partition.addr, partition.topic, partition.queue_id,
-                                      partition.start, partition.end, partition.broker,
-                                      partition.subscription)
+        return _read(partition)
 
 
 @dataclass

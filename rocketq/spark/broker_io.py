@@ -9,8 +9,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..client.consumer import pull_request
 from ..client.instance import ClientInstance
-from ..client.message import Message
+from ..client.message import Message, MessageQueue
 from ..client.sync import _LoopThread
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
@@ -118,7 +119,8 @@ class RangePuller:
                  depth: int = PULL_DEPTH) -> None:
         self.addr, self.topic, self.queue_id = addr, topic, queue_id
         self.end = end
-        self.expression = Subscription.parse(topic, subscription).expression
+        self.queue = MessageQueue(topic, "", queue_id)
+        self.sub = Subscription.parse(topic, subscription)
         self.window, self.depth = window, depth
         self._next = start  # first offset not yet asked for
         self._inflight: deque[tuple[int, int, asyncio.Future[RemotingCommand]]] = deque()
@@ -126,11 +128,8 @@ class RangePuller:
         self.done = start >= end
 
     def _request(self, begin: int, stop: int) -> RemotingCommand:
-        return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": "rocketq-spark", "topic": self.topic, "queueId": self.queue_id,
-            "queueOffset": begin, "maxMsgNums": stop - begin, "sysFlag": PULL_SUBSCRIPTION,
-            "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": self.expression,
-            "subVersion": 0, "expressionType": "TAG"})
+        return pull_request("rocketq-spark", self.queue, begin, stop - begin, self.sub,
+                            sysflag=PULL_SUBSCRIPTION)
 
     def _fill(self) -> None:
         while len(self._inflight) < self.depth and self._next < self.end:
