@@ -139,6 +139,7 @@ class Broker:
         self.store_config.listenPort = port
         # Opening the store may scan files after a crash: keep the loop free meanwhile.
         self.store = await asyncio.to_thread(MessageStore, self.store_config)
+        self.store.dispatch_on(self.loop)
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
         await self.server.start()
@@ -169,6 +170,7 @@ class Broker:
         self.transactions.persist()
         self.timer.persist()
         if self.store is not None:
+            self.store.dispatch_on(None)
             await asyncio.to_thread(self.store.close)
         log.info("broker %s stopped", self.config.brokerName)
 

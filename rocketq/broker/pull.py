@@ -8,6 +8,7 @@ of a found answer is the CommitLog's record bytes, handed to the transport as me
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import TYPE_CHECKING
 
 from ..protocol.codes import ResponseCode
@@ -45,10 +46,13 @@ class PullProcessor:
         self.broker = broker
         self.waiting: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._subscriptions: dict[tuple[str, str, str], Subscription] = {}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called on ``loop``'s thread."""
         self.loop = loop
+        self._loop_thread = threading.get_ident()
         self.broker.store.add_dispatch_listener(self._on_dispatch)
 
     def stop(self) -> None:
@@ -184,8 +188,11 @@ class PullProcessor:
         return response
 
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Runs on the store's dispatcher thread."""
+        """Runs where the store dispatches: on the broker's loop, or on its own thread."""
         if (topic, queue_id) in self.waiting and self.loop is not None:
+            if threading.get_ident() == self._loop_thread:
+                self._wake(topic, queue_id, max_offset)
+                return
             try:
                 self.loop.call_soon_threadsafe(self._wake, topic, queue_id, max_offset)
             except RuntimeError:

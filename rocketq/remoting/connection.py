@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._out: list[bytes | memoryview] | None = None
+        self._reading = False
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -80,14 +81,22 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
             self.close()
             return
-        for cmd in commands:
-            if cmd.flag & 1:  # a response
-                fut = self.pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-                # A response nobody waits for (a timed-out or oneway request) is dropped.
-            else:
-                self._dispatch(cmd)
+        self._reading = True
+        try:
+            for cmd in commands:
+                if cmd.flag & 1:  # a response
+                    fut = self.pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                    # A response nobody waits for (a timed-out or oneway request) is dropped.
+                else:
+                    self._dispatch(cmd)
+        finally:
+            self._reading = False
+        if self._out:
+            # Answers made while reading go out now, in one write, before the callbacks the
+            # handlers scheduled (such as dispatching what they appended) delay them.
+            self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         error = ConnectionClosedError(f"connection to {self.peer[0]}:{self.peer[1]} closed")
@@ -177,12 +186,14 @@ class Connection(asyncio.Protocol):
             self._write(encode_prefix(cmd, size), *parts)
 
     def _write(self, *chunks: bytes | memoryview) -> None:
-        """Queue frames and write them together once this loop iteration is done, so a burst
-        of requests or answers costs one system call, not one each."""
+        """Queue frames and write them together at the end of the read being served or of
+        this loop iteration, so a burst of requests or answers costs one system call, not
+        one each."""
         out = self._out
         if out is None:
             out = self._out = []
-            self.loop.call_soon(self._flush)
+            if not self._reading:  # else data_received writes when it is done
+                self.loop.call_soon(self._flush)
         out.extend(chunks)
 
     def _flush(self) -> None:

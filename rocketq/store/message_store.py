@@ -267,6 +267,9 @@ class MessageStore:
         self.recovered_abnormally = False
         self.last_clean_time = 0.0
         self._flush_error: BaseException | None = None
+        self._inline_loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._inline_pending = False
         if start:
             self.start()
 
@@ -377,8 +380,33 @@ class MessageStore:
         return (await self.put_messages_async((message,)))[0]
 
     def _on_append(self, end: int) -> None:
+        if self._inline_loop is not None and threading.get_ident() == self._loop_thread:
+            if not self._inline_pending:
+                self._inline_pending = True
+                self._inline_loop.call_soon(self._dispatch_inline)
+            return
         if not self._dispatch_event.is_set():
             self._dispatch_event.set()
+
+    def dispatch_on(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Dispatch appends made on ``loop`` (a broker's event loop, called from its thread)
+        on that loop, once per loop iteration after the callbacks that appended, instead of
+        waking the dispatcher thread. Handing the interpreter lock to that thread and back for
+        every small append costs more than the dispatch itself. Appends from other threads
+        still wake the dispatcher thread; ``None`` sends everything back to it."""
+        self._loop_thread = threading.get_ident() if loop is not None else 0
+        self._inline_loop = loop
+
+    def _dispatch_inline(self) -> None:
+        self._inline_pending = False
+        if self._dispatcher.reput_offset >= self.commitlog.max_offset:
+            return
+        try:
+            self.dispatch(wait=0)
+        except Exception:
+            log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
+        if self._dispatcher.reput_offset < self.commitlog.max_offset:
+            self._dispatch_event.set()  # the thread was busy, or failed: let it finish
 
     # ================================================================== dispatch
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
