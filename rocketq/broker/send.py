@@ -91,6 +91,7 @@ class SendProcessor:
         self.broker = broker
         self._valid_topics: set[str] = set()
         self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02"
+        self.cluster_property_bytes = self.cluster_property.encode()
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
 
@@ -154,8 +155,9 @@ class SendProcessor:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"bad batch: {exc}")
             if not elements:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            cluster_bytes = self.cluster_property_bytes
             messages = [StoreMessage(topic, body, queue_id,
-                                     properties=(element_props + cluster).encode(),
+                                     properties=element_props + cluster_bytes,
                                      flag=element_flag, sysflag=sysflag, born_timestamp=born,
                                      born_host=born_host, born_port=born_port,
                                      reconsume_times=reconsume)

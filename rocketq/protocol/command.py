@@ -27,6 +27,8 @@ FLAG_RESPONSE = 1
 FLAG_ONEWAY = 2
 
 _LENGTHS = struct.Struct(">ii")
+_LENGTH = struct.Struct(">i")
+_STR_ONLY = {str}
 _BINARY_FIXED = struct.Struct(">hbhii")
 _LANGUAGE_NAMES = {c.value: c.name for c in LanguageCode}
 _LANGUAGE_VALUES = {c.name: c.value for c in LanguageCode}
@@ -140,6 +142,10 @@ class RemotingCommand:
                 f"{' remark=' + repr(self.remark) if self.remark else ''})")
 
 
+def _new_command() -> RemotingCommand:
+    return RemotingCommand.__new__(RemotingCommand)
+
+
 # ---------------------------------------------------------------------------- encoding
 
 
@@ -187,25 +193,29 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
 
 def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
     """Decode one frame without its 4-byte length prefix."""
-    view = memoryview(frame)
-    if len(view) < 4:
+    frame = bytes(frame)
+    if len(frame) < 4:
         raise ProtocolError("frame shorter than its header length field")
-    type_and_length = int.from_bytes(view[:4], "big")
+    return _decode(frame, 0, len(frame))
+
+
+def _decode(data: bytes, start: int, end: int) -> RemotingCommand:
+    """The command in ``data[start:end]`` (a frame after its length prefix)."""
+    type_and_length = _LENGTH.unpack_from(data, start)[0]
+    header_end = start + 4 + (type_and_length & 0xFFFFFF)
+    if header_end > end:
+        raise ProtocolError(f"header length {type_and_length & 0xFFFFFF} exceeds the frame "
+                            f"({end - start - 4} bytes)")
     serialize_type = (type_and_length >> 24) & 0xFF
-    header_length = type_and_length & 0xFFFFFF
-    if 4 + header_length > len(view):
-        raise ProtocolError(
-            f"header length {header_length} exceeds the frame ({len(view) - 4} bytes)")
-    header = view[4:4 + header_length]
-    body = view[4 + header_length:].tobytes() if 4 + header_length < len(view) else b""
     if serialize_type == SERIALIZE_JSON:
-        cmd = _decode_json_header(header)
+        cmd = _decode_json_header(data[start + 4:header_end])
     elif serialize_type == SERIALIZE_ROCKETMQ:
-        cmd = _decode_binary_header(header)
+        cmd = _decode_binary_header(memoryview(data)[start + 4:header_end])
+        cmd.serialize_type = SERIALIZE_ROCKETMQ
     else:
         raise ProtocolError(f"unknown serialize type {serialize_type}")
-    cmd.body = body
-    cmd.serialize_type = serialize_type
+    if header_end < end:
+        cmd.body = data[header_end:end]
     return cmd
 
 
@@ -216,36 +226,35 @@ def _decode_json_header(header: memoryview | bytes) -> RemotingCommand:
         raise ProtocolError(f"header is not JSON: {exc}") from None
     if type(data) is not dict:
         raise ProtocolError("header is not a JSON object")
-    code = data.get("code")
-    opaque = data.get("opaque", 0)
-    flag = data.get("flag", 0)
-    version = data.get("version", 0)
+    get = data.get
+    cmd = _new_command()
+    cmd.code = code = get("code")
+    cmd.opaque = opaque = get("opaque", 0)
+    cmd.flag = flag = get("flag", 0)
+    cmd.version = version = get("version", 0)
     if not (type(code) is int and type(opaque) is int and type(flag) is int
             and type(version) is int):
         for name, value in (("code", code), ("opaque", opaque), ("flag", flag),
                             ("version", version)):
             if type(value) is not int:
                 raise ProtocolError(f"header field {name!r} is not an integer")
-    ext = data.get("extFields") or {}
-    if type(ext) is not dict:
-        raise ProtocolError("extFields is not an object")
-    for value in ext.values():
-        if type(value) is not str:
+    ext = get("extFields")
+    if ext:
+        if type(ext) is not dict:
+            raise ProtocolError("extFields is not an object")
+        if {*map(type, ext.values())} != _STR_ONLY:
             # C++ clients send some numbers bare; everything is a string from here on.
             ext = {str(k): _text(v) for k, v in ext.items() if v is not None}
-            break
-    language = data.get("language", "OTHER")
-    if type(language) is int:
-        language = _LANGUAGE_NAMES.get(language, "OTHER")
-    remark = data.get("remark")
-    cmd = RemotingCommand.__new__(RemotingCommand)
-    cmd.code = code
-    cmd.opaque = opaque
-    cmd.flag = flag
-    cmd.version = version
-    cmd.language = language if type(language) is str else str(language)
+        cmd.ext_fields = ext
+    else:
+        cmd.ext_fields = {}
+    language = get("language", "OTHER")
+    if type(language) is not str:
+        language = _LANGUAGE_NAMES.get(language, "OTHER") if type(language) is int \
+            else str(language)
+    cmd.language = language
+    remark = get("remark")
     cmd.remark = remark if type(remark) is str else None
-    cmd.ext_fields = ext
     cmd.body = b""
     cmd.serialize_type = SERIALIZE_JSON
     cmd.body_parts = None
@@ -307,20 +316,33 @@ class FrameDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
+        if type(data) is not bytes:
+            data = bytes(data)
         buf = self._buffer
-        buf += data
+        if buf:
+            buf += data
+            if len(buf) < 4:
+                return []
+            length = _LENGTH.unpack_from(buf)[0]
+            if length < 4 or length > self.max_frame:
+                raise ProtocolError(f"frame length {length} outside 4..{self.max_frame}")
+            if len(buf) - 4 < length:
+                return []  # the frame is still incomplete: no copy until it is whole
+            data = bytes(buf)
+            buf.clear()
         out: list[RemotingCommand] = []
         pos = 0
-        end = len(buf)
+        end = len(data)
+        unpack = _LENGTH.unpack_from
+        max_frame = self.max_frame
         while end - pos >= 4:
-            length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
-            if length < 4 or length > self.max_frame:
-                raise ProtocolError(
-                    f"frame length {length} outside 4..{self.max_frame}")
+            length = unpack(data, pos)[0]
+            if length < 4 or length > max_frame:
+                raise ProtocolError(f"frame length {length} outside 4..{max_frame}")
             if end - pos - 4 < length:
                 break
-            out.append(decode_frame(bytes(buf[pos + 4:pos + 4 + length])))
+            out.append(_decode(data, pos + 4, pos + 4 + length))
             pos += 4 + length
-        if pos:
-            del buf[:pos]
+        if pos < end:
+            buf += memoryview(data)[pos:]
         return out

@@ -350,10 +350,10 @@ def decode_records(buf: bytes | memoryview, *, decompress: bool = False) -> list
 _BATCH_ELEMENT = struct.Struct(">iiiii")
 
 
-def decode_batch(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+def decode_batch(body: bytes | memoryview) -> list[tuple[int, bytes, bytes]]:
     """Split a batch body (SEND_BATCH_MESSAGE, or a C++ batch) into ``(flag, body,
-    properties)`` per element: ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN
-    i16][properties]``."""
+    properties)`` per element, the properties as their encoded bytes. An element is
+    ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN i16][properties]``."""
     view = memoryview(body)
     out = []
     pos = 0
@@ -370,7 +370,7 @@ def decode_batch(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
         p += 2
         if p + props_len > len(view):
             raise MessageFormatError(f"bad properties length in batch element at {pos}")
-        props = view[p:p + props_len].tobytes().decode("utf-8", "replace")
+        props = view[p:p + props_len].tobytes()
         p += props_len
         if total != p - pos:
             raise MessageFormatError(f"batch element size {total} does not add up at {pos}")

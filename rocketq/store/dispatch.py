@@ -29,12 +29,15 @@ from .index import IndexService
 _FIELDS = struct.Struct(">ii4xi4xq8xi16xq8x4x8xi")
 _HEADER_SIZE = 88
 _TAGS = b"TAGS"
+_HAS_TAGS = b"TAGS\x01"
 _DELAY = b"DELAY"
 _SCHEDULE_TOPIC = SCHEDULE_TOPIC.encode()
 _TIMER_TOPIC = TIMER_TOPIC.encode()
 _TIMER_OUT = b"TIMER_OUT_MS"
 _KEYS = b"KEYS"
+_HAS_KEYS = b"KEYS\x01"
 _UNIQ = b"UNIQ_KEY"
+_HAS_UNIQ = b"UNIQ_KEY\x01"
 _HIDDEN = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
 
 
@@ -135,7 +138,7 @@ class Dispatcher:
                     elif raw_topic == _TIMER_TOPIC:
                         due = property_value(props, _TIMER_OUT) if props else None
                         code = int(due) if due and due.isdigit() else store_ts
-                    elif props:
+                    elif _HAS_TAGS in props:
                         tags = property_value(props, _TAGS)
                         if tags:
                             code = tag_codes.get(tags)
@@ -155,12 +158,12 @@ class Dispatcher:
                     prefix = topic_prefixes.get(raw_topic)
                     if prefix is None:
                         prefix = topic_prefixes[raw_topic] = raw_topic + b"#"
-                    uniq = property_value(props, _UNIQ)
+                    uniq = property_value(props, _UNIQ) if _HAS_UNIQ in props else None
                     if uniq:
                         index_keys.append(prefix + uniq)
                         index_offsets.append(phys)
                         index_times.append(store_ts)
-                    keys = property_value(props, _KEYS)
+                    keys = property_value(props, _KEYS) if _HAS_KEYS in props else None
                     if keys:
                         for k in keys.split(b" "):
                             if k:
