@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 import socket
 import struct
@@ -214,7 +215,7 @@ class UniqueIdGenerator:
         self._prefix = (ip + struct.pack(">H", os.getpid() & 0xFFFF)
                         + os.urandom(4)).hex().upper()
         self._lock = threading.Lock()
-        self._counter = 0
+        self._counter = itertools.count(1)
         self._month_start = 0.0
         self._next_month = 0.0
 
@@ -227,11 +228,11 @@ class UniqueIdGenerator:
 
     def next(self) -> str:
         now = time.time()
-        with self._lock:
-            if now >= self._next_month:
-                self._roll_month(now)
-            self._counter = (self._counter + 1) & 0xFFFF
-            counter = self._counter
+        if now >= self._next_month:
+            with self._lock:
+                if now >= self._next_month:
+                    self._roll_month(now)
+        counter = next(self._counter) & 0xFFFF  # itertools.count is atomic under the GIL
         since = int((now - self._month_start) * 1000) & 0xFFFFFFFF
         return f"{self._prefix}{since:08X}{counter:04X}"
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol.command import FLAG_ONEWAY, RemotingCommand
 from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
     Property,
@@ -268,7 +268,10 @@ class AsyncProducer:
             if queue is not None:
                 mq = queue
             else:
-                route = await self.instance.publish_route(topic, self.default_topic_queue_nums)
+                route = self.instance.routes.get(topic)
+                if route is None or not route.publish_queues:
+                    route = await self.instance.publish_route(topic,
+                                                              self.default_topic_queue_nums)
                 if selector is not None:
                     mq = selector(list(route.publish_queues), message, arg)
                 else:
@@ -305,32 +308,44 @@ class AsyncProducer:
     async def _send_to(self, mq: MessageQueue, message: Message, body: bytes, sysflag: int,
                        props: str, timeout: float, oneway: bool, batch: bool
                        ) -> SendResult | None:
+        # SEND_MESSAGE_V2's short field names; every value a string, as on the wire.
         ext = {"a": self.group, "b": mq.topic, "c": AUTO_CREATE_TOPIC_KEY,
-               "d": self.default_topic_queue_nums, "e": mq.queue_id, "f": sysflag,
-               "g": int(time.time() * 1000), "h": message.flag, "i": props, "j": 0,
-               "k": False, "m": batch, "n": mq.broker_name}
+               "d": str(self.default_topic_queue_nums), "e": str(mq.queue_id), "f": str(sysflag),
+               "g": str(int(time.time() * 1000)), "h": str(message.flag), "i": props,
+               "j": "0", "k": "false", "m": "true" if batch else "false",
+               "n": mq.broker_name}
         if mq.topic.startswith("%RETRY%"):
             # A consumer's hand-back: the retry counters travel in the header.
             ext["j"] = message.properties.get(Property.RECONSUME_TIME, "0")
-            ext["l"] = message.properties.get(Property.MAX_RECONSUME_TIMES)
+            max_times = message.properties.get(Property.MAX_RECONSUME_TIMES)
+            if max_times is not None:
+                ext["l"] = max_times
         if batch:
             code = RequestCode.SEND_BATCH_MESSAGE
         elif message.properties.get(Property.MSG_TYPE) == "reply":
             code = RequestCode.SEND_REPLY_MESSAGE_V2
         else:
             code = RequestCode.SEND_MESSAGE_V2
-        cmd = RemotingCommand.request(code, ext, body, oneway=oneway)
+        cmd = RemotingCommand.request_text(code, ext, body, flag=FLAG_ONEWAY if oneway else 0)
         instance = self.instance
-        addr = await instance.broker_addr_or_refresh(mq.broker_name, mq.topic)
+        addr = instance.broker_addr(mq.broker_name) or \
+            await instance.broker_addr_or_refresh(mq.broker_name, mq.topic)
+        remoting = instance.remoting
         if oneway:
-            await instance.remoting.invoke_oneway(addr, cmd)
+            await remoting.invoke_oneway(addr, cmd)
             return None
-        response = await instance.remoting.invoke(addr, cmd, timeout)
+        conn = remoting.connections.get(addr)
+        if conn is not None and conn.is_open:
+            response = await conn.request(cmd, timeout)
+        else:
+            response = await remoting.invoke(addr, cmd, timeout)
         status = _STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError(response.code, f"send to {mq} refused: {response.remark}")
         ext_out = response.ext_fields
-        queue = MessageQueue(mq.topic, mq.broker_name, int(ext_out.get("queueId", mq.queue_id)))
+        queue_id = ext_out.get("queueId")
+        queue = mq if queue_id is None or queue_id == ext["e"] else \
+            MessageQueue(mq.topic, mq.broker_name, int(queue_id))
         return SendResult(status, message.properties.get(Property.UNIQ_KEY, ""),
                           ext_out.get("msgId", ""), queue, int(ext_out.get("queueOffset", -1)),
                           ext_out.get("transactionId") or None)

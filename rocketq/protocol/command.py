@@ -89,20 +89,15 @@ class RemotingCommand:
         return RemotingCommand(code, ext_fields, body, opaque=self.opaque, flag=FLAG_RESPONSE,
                                remark=remark)
 
+    @classmethod
+    def request_text(cls, code: int, ext_fields: dict[str, str], body: bytes = b"", *,
+                     flag: int = 0) -> RemotingCommand:
+        """A request whose extFields are already all strings (the hot paths' shortcut)."""
+        return _text_command(code, ext_fields, body, next_opaque(), flag)
+
     def response_text(self, code: int, ext_fields: dict[str, str]) -> RemotingCommand:
         """A response whose extFields are already all strings (the hot paths' shortcut)."""
-        cmd = RemotingCommand.__new__(RemotingCommand)
-        cmd.code = code
-        cmd.ext_fields = ext_fields
-        cmd.body = b""
-        cmd.opaque = self.opaque
-        cmd.flag = FLAG_RESPONSE
-        cmd.remark = None
-        cmd.language = "PYTHON"
-        cmd.version = CURRENT_VERSION
-        cmd.serialize_type = SERIALIZE_JSON
-        cmd.body_parts = None
-        return cmd
+        return _text_command(code, ext_fields, b"", self.opaque, FLAG_RESPONSE)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -144,6 +139,22 @@ class RemotingCommand:
 
 def _new_command() -> RemotingCommand:
     return RemotingCommand.__new__(RemotingCommand)
+
+
+def _text_command(code: int, ext_fields: dict[str, str], body: bytes, opaque: int,
+                  flag: int) -> RemotingCommand:
+    cmd = _new_command()
+    cmd.code = code
+    cmd.ext_fields = ext_fields
+    cmd.body = body
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = None
+    cmd.language = "PYTHON"
+    cmd.version = CURRENT_VERSION
+    cmd.serialize_type = SERIALIZE_JSON
+    cmd.body_parts = None
+    return cmd
 
 
 # ---------------------------------------------------------------------------- encoding
