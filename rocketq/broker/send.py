@@ -16,9 +16,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
-    MessageFormatError,
     SysFlag,
-    decode_batch,
     decode_properties,
     encode_properties,
     host_to_bytes,
@@ -26,7 +24,14 @@ from ..protocol.message import (
 )
 from ..protocol.topic import RETRY_GROUP_TOPIC_PREFIX, IllegalTopicError, validate_topic
 from ..remoting import Connection
-from ..store import DiskFullError, MessageIllegalError, PutResult, PutStatus, StoreMessage
+from ..store import (
+    BatchMessage,
+    DiskFullError,
+    MessageIllegalError,
+    PutResult,
+    PutStatus,
+    StoreMessage,
+)
 from ..store.errors import StoreClosedError
 from .config import PERM_WRITE
 from .delay import delay_level_of, is_delayable, to_schedule
@@ -148,20 +153,13 @@ class SendProcessor:
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
             (ext.get(names.batch) or "").lower() in ("true", "1"))
         cluster = self.cluster_property
+        message: StoreMessage | BatchMessage
         if batch:
-            try:
-                elements = decode_batch(cmd.body)
-            except MessageFormatError as exc:
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"bad batch: {exc}")
-            if not elements:
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            cluster_bytes = self.cluster_property_bytes
-            messages = [StoreMessage(topic, body, queue_id,
-                                     properties=element_props + cluster_bytes,
-                                     flag=element_flag, sysflag=sysflag, born_timestamp=born,
-                                     born_host=born_host, born_port=born_port,
-                                     reconsume_times=reconsume)
-                        for element_flag, body, element_props in elements]
+            # The elements go from the request's body straight into records.
+            message = BatchMessage(topic, cmd.body, queue_id, suffix=self.cluster_property_bytes,
+                                   properties=props.encode(), sysflag=sysflag,
+                                   born_timestamp=born, born_host=born_host,
+                                   born_port=born_port, reconsume_times=reconsume)
         else:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(ext, names.max_reconsume, 16)
@@ -193,21 +191,21 @@ class SendProcessor:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                     remark=f"message properties are {len(raw_props)} "
                                            f"bytes; the limit is {MAX_PROPERTIES_SIZE}")
-            messages = [StoreMessage(topic, cmd.body, queue_id, properties=raw_props,
-                                     flag=flag, sysflag=sysflag, born_timestamp=born,
-                                     born_host=born_host, born_port=born_port,
-                                     reconsume_times=reconsume)]
+            message = StoreMessage(topic, cmd.body, queue_id, properties=raw_props,
+                                   flag=flag, sysflag=sysflag, born_timestamp=born,
+                                   born_host=born_host, born_port=born_port,
+                                   reconsume_times=reconsume)
             queue_id = reply_queue_id
+            if cmd.code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
+                return self._reply(cmd, ext, names, message)
         store = broker.store
-        if cmd.code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
-            return self._reply(cmd, ext, names, messages[0])
         if store.config.sync_flush:
-            return self._put_async(cmd, messages, queue_id, batch)
+            return self._put_async(cmd, message, queue_id, batch)
         try:
-            results = store.put_messages(messages)
+            results = store.put_messages(message if batch else (message,))
         except Exception as exc:
             return self._store_error(cmd, exc)
-        return self._response(cmd, messages, results, queue_id, batch)
+        return self._response(cmd, message, results, queue_id, batch)
 
     async def _reply(self, cmd: RemotingCommand, ext: dict[str, str], names: _HeaderKeys,
                      message: StoreMessage) -> RemotingCommand:
@@ -242,15 +240,16 @@ class SendProcessor:
         if response.code != ResponseCode.SUCCESS:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"the client refused the reply: {response.remark}")
-        return self._response(cmd, [message], results, message.queue_id, False)
+        return self._response(cmd, message, results, message.queue_id, False)
 
-    async def _put_async(self, cmd: RemotingCommand, messages: list[StoreMessage],
+    async def _put_async(self, cmd: RemotingCommand, message: StoreMessage | BatchMessage,
                          queue_id: int, batch: bool) -> RemotingCommand:
         try:
-            results = await self.broker.store.put_messages_async(messages)
+            results = await self.broker.store.put_messages_async(
+                message if batch else (message,))  # type: ignore[arg-type]
         except Exception as exc:
             return self._store_error(cmd, exc)
-        return self._response(cmd, messages, results, queue_id, batch)
+        return self._response(cmd, message, results, queue_id, batch)
 
     def _store_error(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, MessageIllegalError):
@@ -263,13 +262,15 @@ class SendProcessor:
                                 remark="the broker is shutting down")
         raise exc
 
-    def _response(self, cmd: RemotingCommand, messages: list[StoreMessage],
+    def _response(self, cmd: RemotingCommand, message: StoreMessage | BatchMessage,
                   results: list[PutResult], queue_id: int, batch: bool) -> RemotingCommand:
+        """The answer: where the message (a batch's first) landed, the offset ids, and the
+        transaction id (the request's UNIQ_KEY, a batch's own for a batch)."""
         first = results[0]
         code = (ResponseCode.FLUSH_DISK_TIMEOUT if first.status is PutStatus.FLUSH_DISK_TIMEOUT
                 else ResponseCode.SUCCESS)
-        uniq = property_value(messages[0].properties, b"UNIQ_KEY")
-        self.broker.stats.put(len(results), messages[0].topic)
+        uniq = property_value(message.properties, b"UNIQ_KEY")
+        self.broker.stats.put(len(results), message.topic)
         return cmd.response_text(code, {
             "msgId": ",".join(r.msg_id for r in results) if batch else first.msg_id,
             "queueId": str(queue_id),

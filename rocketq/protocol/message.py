@@ -350,32 +350,31 @@ def decode_records(buf: bytes | memoryview, *, decompress: bool = False) -> list
 _BATCH_ELEMENT = struct.Struct(">iiiii")
 
 
-def decode_batch(body: bytes | memoryview) -> list[tuple[int, bytes, bytes]]:
-    """Split a batch body (SEND_BATCH_MESSAGE, or a C++ batch) into ``(flag, body,
-    properties)`` per element, the properties as their encoded bytes. An element is
-    ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN i16][properties]``."""
-    view = memoryview(body)
+def split_batch(body: bytes | memoryview) -> list[tuple[int, int, int, int, int]]:
+    """Find the elements of a batch body (SEND_BATCH_MESSAGE, or a C++ batch) without copying
+    them: ``(flag, body start, body length, properties start, properties length)`` each. An
+    element is ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN i16][properties]``;
+    lengths that do not add up raise MessageFormatError."""
+    end = len(body)
+    unpack = _BATCH_ELEMENT.unpack_from
+    head = _BATCH_ELEMENT.size
     out = []
     pos = 0
-    while pos < len(view):
-        if len(view) - pos < _BATCH_ELEMENT.size + 2:
+    while pos < end:
+        if end - pos < head + 2:
             raise MessageFormatError(f"truncated batch element at {pos}")
-        total, _magic, _crc, flag, body_len = _BATCH_ELEMENT.unpack_from(view, pos)
-        p = pos + _BATCH_ELEMENT.size
-        if body_len < 0 or p + body_len + 2 > len(view):
+        total, _magic, _crc, flag, body_len = unpack(body, pos)
+        p = pos + head
+        if body_len < 0 or p + body_len + 2 > end:
             raise MessageFormatError(f"bad body length in batch element at {pos}")
-        element_body = view[p:p + body_len].tobytes()
-        p += body_len
-        props_len = int.from_bytes(view[p:p + 2], "big")
-        p += 2
-        if p + props_len > len(view):
+        props_at = p + body_len + 2
+        props_len = (body[props_at - 2] << 8) | body[props_at - 1]
+        if props_at + props_len > end:
             raise MessageFormatError(f"bad properties length in batch element at {pos}")
-        props = view[p:p + props_len].tobytes()
-        p += props_len
-        if total != p - pos:
+        if total != props_at + props_len - pos:
             raise MessageFormatError(f"batch element size {total} does not add up at {pos}")
-        out.append((flag, element_body, props))
-        pos = p
+        out.append((flag, p, body_len, props_at, props_len))
+        pos = props_at + props_len
     return out
 
 

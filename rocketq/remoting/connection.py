@@ -136,7 +136,10 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             self._reply_error(cmd, exc)
             return
-        if inspect.isawaitable(result):
+        if type(result) is RemotingCommand:
+            if not cmd.flag & FLAG_ONEWAY:
+                self.send(result)
+        elif inspect.isawaitable(result):
             task = self.loop.create_task(self._finish(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

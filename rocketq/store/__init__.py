@@ -3,7 +3,7 @@
 No networking here. See ``MessageStore`` for the entry point.
 """
 
-from .commitlog import PutResult, PutStatus, StoreMessage
+from .commitlog import BatchMessage, PutResult, PutStatus, StoreMessage
 from .config import ASYNC_FLUSH, SYNC_FLUSH, MessageStoreConfig
 from .errors import (
     DiskFullError,
@@ -17,7 +17,7 @@ from .errors import (
 from .message_store import GetResult, GetStatus, MessageStore
 
 __all__ = [
-    "ASYNC_FLUSH", "SYNC_FLUSH", "DiskFullError", "GetResult", "GetStatus",
+    "ASYNC_FLUSH", "SYNC_FLUSH", "BatchMessage", "DiskFullError", "GetResult", "GetStatus",
     "MessageIllegalError", "MessageStore", "MessageStoreConfig", "MessageTooLargeError",
     "PropertiesTooLargeError", "PutResult", "PutStatus", "StoreClosedError",
     "StoreCorruptError", "StoreError", "StoreMessage",

@@ -24,16 +24,18 @@ from ..protocol.message import (
     RECORD_HEADER_SIZE,
     RECORD_OVERHEAD,
     SIZE_AND_MAGIC,
+    MessageFormatError,
     MessageRecord,
     SysFlag,
     create_offset_msg_id,
     encode_properties,
     host_to_bytes,
+    split_batch,
 )
 from ..protocol.topic import IllegalTopicError, validate_topic
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
-from .mapped_file import MappedFileQueue
+from .mapped_file import MappedFile, MappedFileQueue
 
 #: A file's tail needs room for at least the blank filler's size and magic.
 END_FILE_MIN_BLANK_LENGTH = 8
@@ -105,6 +107,36 @@ class StoreMessage:
                       prepared_transaction_offset=record.prepared_transaction_offset)
         fields.update(overrides)
         return cls(topic, record.body, queue_id, properties=properties, **fields)
+
+
+class BatchMessage:
+    """A batch on its way into the store (RocketMQ's MessageExtBatch): the elements stay in
+    the request's body and are encoded straight into consecutive records of one queue, with
+    ``suffix`` (encoded properties, such as the cluster name) added to each element's.
+
+    The body is ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN i16][properties]``
+    per element (see ``protocol.message.split_batch``). ``properties`` are the batch's own
+    (encoded): not stored, but its ``WAIT`` says whether a SYNC_FLUSH send waits for the
+    flush, as a single message's does.
+    """
+
+    __slots__ = ("topic", "queue_id", "body", "suffix", "sysflag", "born_timestamp",
+                 "born_host", "born_port", "reconsume_times", "properties")
+
+    def __init__(self, topic: str, body: bytes, queue_id: int = 0, *, suffix: bytes = b"",
+                 properties: bytes = b"", sysflag: int = 0, born_timestamp: int = 0,
+                 born_host: bytes = b"\x7f\x00\x00\x01", born_port: int = 0,
+                 reconsume_times: int = 0) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.body = body
+        self.suffix = suffix
+        self.sysflag = sysflag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.born_port = born_port
+        self.reconsume_times = reconsume_times
+        self.properties = properties
 
 
 class PutStatus(enum.Enum):
@@ -255,14 +287,7 @@ class CommitLog:
             topic_part = topic_parts.get(m.topic) or self._topic_part(m.topic)
             size = 90 + len(body) + len(topic_part) + len(props)
             if size + END_FILE_MIN_BLANK_LENGTH > free:
-                # Seal this file with the blank filler and continue in the next one.
-                parts.append(_BLANK.pack(free, BLANK_MAGIC))
-                f.append(b"".join(parts))
-                f.wrote_position = f.file_size
-                parts.clear()
-                f = self.files.last_for_write()
-                base = f.from_offset + f.wrote_position
-                free = f.free_space
+                f, base, free = self._seal(f, free, parts)
             tran = m.sysflag & SysFlag.TRANSACTION_MASK
             if tran == SysFlag.TRANSACTION_PREPARED or tran == SysFlag.TRANSACTION_ROLLBACK:
                 queue_offset = 0  # half and rollback records get no ConsumeQueue unit
@@ -278,6 +303,94 @@ class CommitLog:
             results.append(PutResult(ok, base, size, queue_offset, now, prefix))
             base += size
             free -= size
+        if parts:
+            f.append(b"".join(parts))
+        for cb in self.on_append:
+            cb(base)
+        return results
+
+    def _seal(self, f: MappedFile, free: int, parts: list[bytes]
+              ) -> tuple[MappedFile, int, int]:
+        """Write ``parts`` and the blank filler that closes ``f``; return the next file, its
+        first offset and its free space."""
+        parts.append(_BLANK.pack(free, BLANK_MAGIC))
+        f.append(b"".join(parts))
+        f.wrote_position = f.file_size
+        parts.clear()
+        f = self.files.last_for_write()
+        return f, f.from_offset + f.wrote_position, f.free_space
+
+    def append_batch(self, batch: BatchMessage) -> list[PutResult]:
+        """Append a batch's elements as consecutive records of its queue; like :meth:`append`,
+        nothing is written if an element is bad (MessageIllegalError, with its position)."""
+        try:
+            elements = split_batch(batch.body)
+        except MessageFormatError as exc:
+            raise MessageIllegalError(f"bad batch: {exc}") from None
+        if not elements:
+            raise MessageIllegalError("empty batch")
+        if batch.queue_id < 0:
+            raise MessageIllegalError(f"queue id {batch.queue_id} is negative")
+        topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
+        extra = len(batch.suffix)
+        fixed = 90 + len(topic_part) + extra
+        max_body, max_record = self._max_body, self._max_record
+        for _flag, _start, body_len, _props_start, props_len in elements:
+            if body_len > max_body:
+                raise MessageTooLargeError(
+                    f"message body is {body_len} bytes; maxMessageSize is {max_body}")
+            if props_len + extra > MAX_PROPERTIES_SIZE:
+                raise PropertiesTooLargeError(
+                    f"message properties are {props_len + extra} bytes; the limit is "
+                    f"{MAX_PROPERTIES_SIZE}")
+            if fixed + body_len + props_len > max_record:
+                raise MessageTooLargeError("the record does not fit in a CommitLog file")
+        with self.lock:
+            return self._append_batch_locked(batch, elements, topic_part)
+
+    def _append_batch_locked(self, batch: BatchMessage,
+                             elements: list[tuple[int, int, int, int, int]],
+                             topic_part: bytes) -> list[PutResult]:
+        results: list[PutResult] = []
+        view = memoryview(batch.body)
+        suffix = batch.suffix
+        fixed = 90 + len(topic_part) + len(suffix)
+        queue_id, sysflag = batch.queue_id, batch.sysflag
+        born_ts, born_host, born_port = batch.born_timestamp, batch.born_host, batch.born_port
+        reconsume = batch.reconsume_times
+        store_host, store_port = self.store_host, self.store_port
+        tran = sysflag & SysFlag.TRANSACTION_MASK
+        counted = tran != SysFlag.TRANSACTION_PREPARED and tran != SysFlag.TRANSACTION_ROLLBACK
+        key = (batch.topic, queue_id)
+        queue_offset = self.queue_offsets.get(key, 0) if counted else 0
+        pack = RECORD_HEADER.pack
+        pack_short = _SHORT.pack
+        crc32 = zlib.crc32
+        ok = PutStatus.PUT_OK
+        prefix = self.msg_id_prefix
+        now = int(time.time() * 1000)
+        f = self.files.last_for_write()
+        base = f.from_offset + f.wrote_position
+        free = f.free_space
+        parts: list = []
+        extend = parts.extend
+        for flag, start, body_len, props_start, props_len in elements:
+            size = fixed + body_len + props_len
+            if size + END_FILE_MIN_BLANK_LENGTH > free:
+                f, base, free = self._seal(f, free, parts)
+            body = view[start:start + body_len]
+            extend((pack(size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag,
+                         queue_offset, base, sysflag, born_ts, born_host, born_port, now,
+                         store_host, store_port, reconsume, 0, body_len),
+                    body, topic_part, pack_short(props_len + len(suffix)),
+                    view[props_start:props_start + props_len], suffix))
+            results.append(PutResult(ok, base, size, queue_offset, now, prefix))
+            if counted:
+                queue_offset += 1
+            base += size
+            free -= size
+        if counted:
+            self.queue_offsets[key] = queue_offset
         if parts:
             f.append(b"".join(parts))
         for cb in self.on_append:

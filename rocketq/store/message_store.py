@@ -36,7 +36,7 @@ from ..protocol.message import (
     property_value,
 )
 from .checkpoint import Checkpoint
-from .commitlog import CommitLog, PutResult, PutStatus, StoreMessage
+from .commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessage
 from .config import MessageStoreConfig
 from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
 from .dispatch import Dispatcher
@@ -341,9 +341,9 @@ class MessageStore:
         self.close()
 
     # ================================================================== writing
-    def put_messages(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
-        """Append messages (one call, consecutive records) and, with SYNC_FLUSH, wait until
-        they are on disk unless a message says ``WAIT=false``.
+    def put_messages(self, messages: Sequence[StoreMessage] | BatchMessage) -> list[PutResult]:
+        """Append messages, or a batch's elements (one call, consecutive records) and, with
+        SYNC_FLUSH, wait until they are on disk unless a message says ``WAIT=false``.
 
         Raises MessageIllegalError (bad topic, body or properties) or DiskFullError; the store
         stays usable either way.
@@ -358,20 +358,26 @@ class MessageStore:
         """Append one message; see :meth:`put_messages`."""
         return self.put_messages((message,))[0]
 
-    async def put_messages_async(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+    async def put_messages_async(self, messages: Sequence[StoreMessage] | BatchMessage
+                                 ) -> list[PutResult]:
         """Like :meth:`put_messages`, but waits for a SYNC_FLUSH without blocking the loop."""
         appended, durable_at = self._append(messages)
         if durable_at and not await self._group_commit.request_async(durable_at):
             _mark_timed_out(appended)
         return appended
 
-    def _append(self, messages: Sequence[StoreMessage]) -> tuple[list[PutResult], int]:
+    def _append(self, messages: Sequence[StoreMessage] | BatchMessage
+                ) -> tuple[list[PutResult], int]:
         """Append; also return the offset a SYNC_FLUSH writer must wait for (0: no wait)."""
         if not self.running:
             raise StoreClosedError("the message store is closed")
-        appended = self.commitlog.append(messages)
-        if self._group_commit is None or not appended or \
-                not any(_wants_wait(m) for m in messages):
+        if isinstance(messages, BatchMessage):
+            appended = self.commitlog.append_batch(messages)
+            waits = _wants_wait(messages)
+        else:
+            appended = self.commitlog.append(messages)
+            waits = self._group_commit is not None and any(_wants_wait(m) for m in messages)
+        if self._group_commit is None or not appended or not waits:
             return appended, 0
         last = appended[-1]
         return appended, last.commitlog_offset + last.size
@@ -877,7 +883,7 @@ def _mark_timed_out(results: list[PutResult]) -> None:
         r.status = PutStatus.FLUSH_DISK_TIMEOUT
 
 
-def _wants_wait(message: StoreMessage) -> bool:
+def _wants_wait(message: StoreMessage | BatchMessage) -> bool:
     """False when the message carries ``WAIT=false`` (do not wait for the flush)."""
     value = property_value(message.properties, b"WAIT")
     return value is None or value.lower() != b"false"

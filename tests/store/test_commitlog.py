@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 
 import pytest
 
-from rocketq.protocol.message import BLANK_MAGIC, SIZE_AND_MAGIC, decode_record
+from rocketq.protocol.message import (
+    BLANK_MAGIC,
+    SIZE_AND_MAGIC,
+    decode_record,
+    encode_batch,
+    encode_properties,
+)
 from rocketq.store import (
+    BatchMessage,
     MessageIllegalError,
     MessageStore,
     MessageTooLargeError,
@@ -79,6 +87,49 @@ def test_batch_append_gets_consecutive_offsets(store):
     offsets = [r.commitlog_offset for r in results]
     sizes = [r.size for r in results[:-1]]
     assert all(b == a + s for a, b, s in zip(offsets[:-1], offsets[1:], sizes, strict=True))
+
+
+def test_batch_message_elements_become_records_of_one_queue(store, config):
+    """A BatchMessage's elements are encoded straight from the request body: consecutive
+    queue offsets, each element's flag, body and properties plus the suffix; the batch's own
+    properties are not stored. Forty 2 KiB elements cross a 64 KiB file boundary."""
+    elements = [(i % 3, b"%04d" % i + b"y" * 2048, encode_properties({"UNIQ_KEY": f"U{i}"}))
+                for i in range(40)]
+    batch = BatchMessage("Batched", encode_batch(elements), 2, suffix=b"CLUSTER\x01c1\x02",
+                         properties=b"UNIQ_KEY\x01WHOLE\x02", born_timestamp=77,
+                         born_host=b"\x0a\x00\x00\x05", born_port=99, reconsume_times=1)
+    store.put_message(msg(topic="Batched", queue_id=2))  # the batch continues a queue
+    results = store.put_messages(batch)
+    assert [r.queue_offset for r in results] == list(range(1, 41))
+    assert len({r.commitlog_offset // config.mappedFileSizeCommitLog for r in results}) == 2
+    for (flag, body, props), r in zip(elements, results, strict=True):
+        rec = store.look_message_by_offset(r.commitlog_offset)
+        assert (rec.topic, rec.queue_id, rec.queue_offset) == ("Batched", 2, r.queue_offset)
+        assert rec.body == body and rec.flag == flag
+        assert rec.body_crc == zlib.crc32(body) & 0x7FFFFFFF
+        assert rec.properties == {"UNIQ_KEY": props[9:-1], "CLUSTER": "c1"}
+        assert rec.born_host == ("10.0.0.5", 99) and rec.born_timestamp == 77
+        assert rec.reconsume_times == 1 and rec.offset_msg_id == r.msg_id
+    store.wait_dispatched()
+    assert store.get_max_offset("Batched", 2) == 41
+    with store.get_messages("Batched", 2, 1, 64) as got:
+        assert [m.body for m in got.decode()] == [body for _, body, _ in elements]
+
+
+@pytest.mark.parametrize("body, error", [
+    (b"", "empty batch"),
+    (b"\x00\x00\x00\x07", "truncated"),
+    (encode_batch([(0, b"ok", "")]) + b"\x00" * 30, "bad body length|truncated|add up"),
+    (encode_batch([(0, b"ok", ""), (0, b"x" * (16 * 1024 + 1), "")]), "maxMessageSize"),
+    (encode_batch([(0, b"ok", "p\x01" + "v" * 32760 + "\x02")]), "limit is 32767"),
+])
+def test_bad_batch_is_refused_whole(store, body, error):
+    store.put_message(msg())
+    end = store.commitlog.max_offset
+    with pytest.raises(MessageIllegalError, match=error):
+        store.put_messages(BatchMessage("TopicTest", body, 0, suffix=b"CLUSTER\x01c\x02"))
+    assert store.commitlog.max_offset == end
+    assert store.put_message(msg()).queue_offset == 1
 
 
 def test_concurrent_appends_are_serialised(store):

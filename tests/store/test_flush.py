@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from rocketq.store import MessageStore, PutStatus, StoreMessage
+from rocketq.protocol.message import encode_batch
+from rocketq.store import BatchMessage, MessageStore, PutStatus, StoreMessage
 
 from .conftest import small_config
 
@@ -47,6 +48,15 @@ def test_sync_flush_put_returns_only_when_durable(tmp_path):
             r = store.put_message(StoreMessage.create("T", b"x" * 100, 0))
             assert r.status is PutStatus.PUT_OK
             assert store.commitlog.files.flushed_offset >= r.commitlog_offset + r.size
+        # A batch waits too, unless its own properties say WAIT=false.
+        body = encode_batch([(0, b"b%d" % i, "") for i in range(4)])
+        last = store.put_messages(BatchMessage("T", body, properties=b"WAIT\x01true\x02"))[-1]
+        assert store.commitlog.files.flushed_offset >= last.commitlog_offset + last.size
+        waits = []
+        store._group_commit.wait = lambda *a: waits.append(a) or True
+        store.put_messages(BatchMessage("T", body, properties=b"WAIT\x01false\x02"))
+        store.put_messages(BatchMessage("T", body))
+        assert len(waits) == 1
     finally:
         store.close()
 
