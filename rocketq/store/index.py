@@ -32,7 +32,7 @@ _BULK_MIN = 24
 
 _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("time_diff", ">i4"),
                          ("prev", ">i4")])
-_POWERS: dict[int, np.ndarray] = {}
+_POWERS = np.zeros(0, dtype=np.uint64)
 
 
 def index_key_hash(key: str) -> int:
@@ -41,39 +41,47 @@ def index_key_hash(key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
-def _powers(length: int) -> np.ndarray:
-    p = _POWERS.get(length)
-    if p is None:
-        p = np.array([pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64)
-        if len(_POWERS) < 1024:
-            _POWERS[length] = p
-    return p
+def _powers_of_31(n: int) -> np.ndarray:
+    """``31**k mod 2**32`` for k in ``range(n)`` (or more), cached."""
+    global _POWERS
+    if len(_POWERS) < n:
+        size = max(n, 2 * len(_POWERS), 256)
+        _POWERS = np.array([pow(31, k, 1 << 32) for k in range(size)], dtype=np.uint64)
+    return _POWERS
 
 
 def index_key_hashes(keys: list[bytes] | list[str]) -> np.ndarray:
     """:func:`index_key_hash` of many keys (UTF-8 bytes or str) at once.
 
-    Java's hash is a polynomial in 31 over the characters, so ASCII keys of one length are
-    hashed together as a matrix product modulo 2**32; other keys go one by one.
+    Java's hash is a polynomial in 31 over the characters: for ASCII keys every byte is
+    weighted by 31 to the power of its distance from its key's end and the weights are summed
+    per key (``np.add.reduceat``), modulo 2**32, all keys in one pass. Keys with other
+    characters (hashed over UTF-16 units) and empty keys go one by one.
     """
-    out = np.empty(len(keys), dtype=np.int64)
-    by_length: dict[int, list[int]] = {}
-    encoded: list[bytes] = []
-    for i, key in enumerate(keys):
-        raw = key if isinstance(key, bytes) else key.encode()
-        encoded.append(raw)
-        if raw.isascii() and 0 < len(raw) <= 4096:
-            by_length.setdefault(len(raw), []).append(i)
-        else:
-            out[i] = index_key_hash(raw.decode("utf-8", "replace"))
-    for length, positions in by_length.items():
-        chars = np.frombuffer(b"".join(encoded[i] for i in positions), dtype=np.uint8)
-        h = (chars.reshape(-1, length).astype(np.uint64) @ _powers(length)) & 0xFFFFFFFF
-        signed = h.astype(np.int64)
+    encoded = [k if type(k) is bytes else k.encode() for k in keys]
+    n = len(encoded)
+    out = np.zeros(n, dtype=np.int64)
+    if not n:
+        return out
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+    joined = b"".join(encoded)
+    if joined:
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        chars = np.frombuffer(joined, dtype=np.uint8).astype(np.uint64)
+        exponents = np.repeat(ends - 1, lengths) - np.arange(len(joined))
+        weighted = chars * _powers_of_31(int(lengths.max()))[exponents]
+        nonempty = lengths > 0
+        sums = np.add.reduceat(weighted, starts[nonempty]) & 0xFFFFFFFF
+        signed = sums.astype(np.int64)
         signed[signed >= 1 << 31] -= 1 << 32
         signed = np.abs(signed)
         signed[signed == 1 << 31] = 0  # abs(Integer.MIN_VALUE) stays negative in Java: use 0
-        out[positions] = signed
+        out[nonempty] = signed
+    if not joined.isascii():
+        for i, raw in enumerate(encoded):
+            if not raw.isascii():
+                out[i] = index_key_hash(raw.decode("utf-8", "replace"))
     return out
 
 
