@@ -27,6 +27,9 @@ from ..protocol.command import (
 
 log = logging.getLogger("rocketq.remoting")
 
+#: Buffers queued for writing that make a write before the burst producing them ends.
+FLUSH_CHUNKS = 32
+
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 
@@ -198,6 +201,10 @@ class Connection(asyncio.Protocol):
             if not self._reading:  # else data_received writes when it is done
                 self.loop.call_soon(self._flush)
         out.extend(chunks)
+        if len(out) >= FLUSH_CHUNKS:
+            # Long bursts go out in parts, so the peer starts on the first frames while the
+            # rest are being made: both sides then work at once instead of taking turns.
+            self._flush()
 
     def _flush(self) -> None:
         out, self._out = self._out, None
