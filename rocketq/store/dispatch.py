@@ -158,7 +158,15 @@ class Dispatcher:
                     prefix = topic_prefixes.get(raw_topic)
                     if prefix is None:
                         prefix = topic_prefixes[raw_topic] = raw_topic + b"#"
-                    uniq = property_value(props, _UNIQ) if _HAS_UNIQ in props else None
+                    # UNIQ_KEY is on nearly every record: found inline, not by a call.
+                    i = props.find(_HAS_UNIQ)
+                    if i > 0 and props[i - 1] != 2:  # inside another value: parse properly
+                        uniq = property_value(props, _UNIQ)
+                    elif i >= 0:
+                        j = props.find(b"\x02", i + 9)
+                        uniq = props[i + 9:j] if j >= 0 else props[i + 9:]
+                    else:
+                        uniq = None
                     if uniq:
                         index_keys.append(prefix + uniq)
                         index_offsets.append(phys)

@@ -29,6 +29,21 @@ def test_query_by_key_unique_id_and_offset_id(store):
     assert store.look_message_by_id(results[9].msg_id).body == b"9"
 
 
+def test_unique_key_is_the_property_not_a_lookalike_inside_another_value(store):
+    """Raw property strings from the wire: "UNIQ_KEY\\x01" inside another property's value
+    is not the message's unique key; a key at the end (no trailing separator) still is."""
+    cases = {b"1": b"note\x01UNIQ_KEY\x01FAKE\x02UNIQ_KEY\x01REAL1\x02",
+             b"2": b"UNIQ_KEY\x01REAL2\x02a\x01b\x02",
+             b"3": b"a\x01b\x02UNIQ_KEY\x01REAL3"}
+    for body, props in cases.items():
+        store.put_message(StoreMessage("Lookalike", body, properties=props))
+    store.wait_dispatched()
+    for body in cases:
+        assert store.query_message_by_unique_key("Lookalike", f"REAL{body.decode()}"
+                                                 ).body == body
+    assert store.query_message_by_unique_key("Lookalike", "FAKE") is None
+
+
 def test_query_time_range(store):
     store.put_message(StoreMessage.create("T", b"old", 0, keys="k"))
     time.sleep(1.1)
