@@ -233,15 +233,19 @@ class AsyncProducer:
         for m in messages:
             if m.topic != topic:
                 raise MessageValidationError("every message of a batch must have the same topic")
-            if m.delay_level:
+            props = m.properties
+            if Property.DELAY in props and m.delay_level:
                 raise MessageValidationError("delayed messages cannot be sent in a batch")
             self._validate(m)
-            m.properties.setdefault(Property.UNIQ_KEY, unique_ids.next())
-            m.properties.setdefault(Property.WAIT, "true")
-            ids.append(m.properties[Property.UNIQ_KEY])
-            props = encode_properties(m.properties)
-            elements.append((m.flag, m.body, props))
-            total += len(m.body) + len(props) + 22
+            uniq = props.get(Property.UNIQ_KEY)
+            if uniq is None:
+                uniq = props[Property.UNIQ_KEY] = unique_ids.next()
+            if Property.WAIT not in props:
+                props[Property.WAIT] = "true"
+            ids.append(uniq)
+            raw = encode_properties(props).encode()
+            elements.append((m.flag, m.body, raw))
+            total += len(m.body) + len(raw) + 22
         if total > self.max_message_size:
             raise MessageValidationError(
                 f"the batch is {total} bytes; the maximum is {self.max_message_size}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import mul
@@ -378,16 +379,18 @@ def split_batch(body: bytes | memoryview) -> list[tuple[int, int, int, int, int]
     return out
 
 
-def encode_batch(elements: list[tuple[int, bytes, str]]) -> bytes:
-    """Encode ``(flag, body, properties)`` elements as a batch body."""
+def encode_batch(elements: Sequence[tuple[int, bytes, str | bytes]]) -> bytes:
+    """Encode ``(flag, body, properties)`` elements as a batch body; the properties as a
+    property string or already encoded."""
     parts = []
+    append = parts.append
+    pack = _BATCH_ELEMENT.pack
     for flag, element_body, props in elements:
-        raw = props.encode()
-        parts.append(_BATCH_ELEMENT.pack(22 + len(element_body) + len(raw), 0, 0, flag,
-                                         len(element_body)))
-        parts.append(element_body)
-        parts.append(len(raw).to_bytes(2, "big"))
-        parts.append(raw)
+        raw = props.encode() if type(props) is str else props
+        append(pack(22 + len(element_body) + len(raw), 0, 0, flag, len(element_body)))
+        append(element_body)
+        append(len(raw).to_bytes(2, "big"))
+        append(raw)
     return b"".join(parts)
 
 
