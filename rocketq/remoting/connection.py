@@ -29,6 +29,9 @@ log = logging.getLogger("rocketq.remoting")
 
 #: Buffers queued for writing that make a write before the burst producing them ends.
 FLUSH_CHUNKS = 32
+#: How often a connection checks its requests' deadlines: a request times out at most this
+#: much after its timeout.
+SWEEP_INTERVAL = 0.02
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
@@ -67,6 +70,8 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._out: list[bytes | memoryview] | None = None
         self._reading = False
+        self._deadlines: dict[int, float] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -107,6 +112,10 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(error)
         self.pending.clear()
+        self._deadlines.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_exception(error)
@@ -223,10 +232,14 @@ class Connection(asyncio.Protocol):
         if not self.is_open:
             raise ConnectionClosedError(f"connection to {self.peer[0]}:{self.peer[1]} is closed")
         fut: asyncio.Future[RemotingCommand] = self.loop.create_future()
-        self.pending[cmd.opaque] = fut
+        opaque = cmd.opaque
+        self.pending[opaque] = fut
+        # Deadlines are checked by one sweeper per connection, not a timer per request: with
+        # hundreds of requests in flight, timers cost more than the rest of the request.
+        self._deadlines[opaque] = self.loop.time() + timeout
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(SWEEP_INTERVAL, self._sweep)
         self.send(cmd)
-        # A timer handle is much cheaper than wait_for on this hot path.
-        timer = self.loop.call_later(timeout, _expire, fut)
         try:
             return await fut
         except TimeoutError:
@@ -234,8 +247,21 @@ class Connection(asyncio.Protocol):
                 f"no response to request {cmd.code} from {self.peer[0]}:{self.peer[1]} "
                 f"within {timeout:.1f} s") from None
         finally:
-            timer.cancel()
-            self.pending.pop(cmd.opaque, None)
+            self.pending.pop(opaque, None)
+            self._deadlines.pop(opaque, None)
+
+    def _sweep(self) -> None:
+        """Fail the requests whose deadline has passed; runs every SWEEP_INTERVAL seconds
+        while requests are in flight."""
+        now = self.loop.time()
+        for opaque, deadline in list(self._deadlines.items()):
+            if deadline <= now:
+                del self._deadlines[opaque]
+                fut = self.pending.get(opaque)
+                if fut is not None and not fut.done():
+                    fut.set_exception(TimeoutError())
+        self._sweeper = (self.loop.call_later(SWEEP_INTERVAL, self._sweep) if self._deadlines
+                         else None)
 
     def oneway(self, cmd: RemotingCommand) -> None:
         """Send a request that gets no response."""
@@ -253,7 +279,3 @@ class Connection(asyncio.Protocol):
     def __repr__(self) -> str:
         return f"Connection({self.peer[0]}:{self.peer[1]})"
 
-
-def _expire(fut: asyncio.Future[RemotingCommand]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())

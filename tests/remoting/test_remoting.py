@@ -86,6 +86,46 @@ def test_oneway_errors_and_timeouts():
     asyncio.run(main())
 
 
+def test_each_request_times_out_on_its_own_deadline():
+    """Requests with different timeouts in flight at once, some answered, some never: each
+    unanswered one fails after its own timeout (within the deadline sweep's interval), the
+    answered ones succeed, and the sweeper stops once nothing is in flight."""
+    from rocketq.remoting.connection import SWEEP_INTERVAL
+
+    async def main():
+        server = await start()
+        client = RemotingClient()
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await client.connection(server.address)
+
+            async def silent(timeout):
+                t0 = loop.time()
+                with pytest.raises(RemotingTimeoutError):
+                    await conn.request(RemotingCommand.request(4), timeout)
+                return loop.time() - t0
+
+            async def answered(delay):
+                r = await conn.request(RemotingCommand.request(
+                    1, {"delay": delay, "n": "x"}), 5)
+                return r.code
+
+            timeouts = [0.1, 0.3, 0.2, 0.45]
+            results = await asyncio.gather(*(silent(t) for t in timeouts),
+                                           answered(0.05), answered(0.35))
+            for timeout, took in zip(timeouts, results, strict=False):
+                assert timeout <= took < timeout + SWEEP_INTERVAL + 0.1
+            assert results[-2:] == [0, 0]
+            assert not conn.pending and not conn._deadlines
+            await asyncio.sleep(2 * SWEEP_INTERVAL)
+            assert conn._sweeper is None
+        finally:
+            await client.close()
+            await server.stop()
+
+    asyncio.run(main())
+
+
 def test_server_sends_requests_to_its_clients():
     async def main():
         async def server_handler(conn, cmd):
