@@ -6,6 +6,7 @@ the store answers where it landed; the response carries RocketMQ's fields, all a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import socket
@@ -99,6 +100,7 @@ class SendProcessor:
         self.cluster_property_bytes = self.cluster_property.encode()
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
+        self._queued: list[tuple[Connection, RemotingCommand, StoreMessage, int]] = []
 
     def handle(self, conn: Connection, cmd: RemotingCommand):
         """Answer at once when the store need not wait for a flush, else return a coroutine."""
@@ -201,11 +203,48 @@ class SendProcessor:
         store = broker.store
         if store.config.sync_flush:
             return self._put_async(cmd, message, queue_id, batch)
+        if not batch and (self._queued or conn.more_to_serve):
+            # Appended with the other sends of this loop iteration, answered by _append_queued.
+            self._queued.append((conn, cmd, message, queue_id))
+            if len(self._queued) == 1:
+                asyncio.get_running_loop().call_soon(self._append_queued)
+            return None
         try:
             results = store.put_messages(message if batch else (message,))
         except Exception as exc:
             return self._store_error(cmd, exc)
         return self._response(cmd, message, results, queue_id, batch)
+
+    def _append_queued(self) -> None:
+        """Append the single messages that arrived in one loop iteration, from every
+        connection, in one CommitLog call (one lock, one copy into the file), and answer each.
+        A message the store refuses makes the rest go one by one, so only it is refused."""
+        queued, self._queued = self._queued, []
+        store = self.broker.store
+        try:
+            results = store.put_messages([q[2] for q in queued])
+        except Exception:
+            results = None
+        conns = set()
+        for i, (conn, cmd, message, queue_id) in enumerate(queued):
+            try:
+                if results is None:
+                    response = self._response(cmd, message, store.put_messages((message,)),
+                                              queue_id, False)
+                else:
+                    response = self._response(cmd, message, results[i:i + 1], queue_id, False)
+            except Exception as exc:
+                try:
+                    response = self._store_error(cmd, exc)
+                except Exception:
+                    log.exception("send from %s:%d failed", *conn.peer)
+                    response = cmd.response(ResponseCode.SYSTEM_ERROR,
+                                            remark=f"{type(exc).__name__}: {exc}")
+            if not cmd.is_oneway:
+                conn.send(response)
+                conns.add(conn)
+        for conn in conns:
+            conn.flush()  # answers first, then the dispatch the appends scheduled
 
     async def _reply(self, cmd: RemotingCommand, ext: dict[str, str], names: _HeaderKeys,
                      message: StoreMessage) -> RemotingCommand:
@@ -272,13 +311,19 @@ class SendProcessor:
         uniq = property_value(message.properties, b"UNIQ_KEY")
         self.broker.stats.put(len(results), message.topic)
         return cmd.response_text(code, {
-            "msgId": ",".join(r.msg_id for r in results) if batch else first.msg_id,
+            "msgId": _offset_ids(results) if batch else first.msg_id,
             "queueId": str(queue_id),
             "queueOffset": str(first.queue_offset),
             "transactionId": uniq.decode() if uniq else "",
             "MSG_REGION": self.region,
             "TRACE_ON": self.trace_on,
         })
+
+
+def _offset_ids(results: list[PutResult]) -> str:
+    """The offset message ids of a batch, comma-separated, as the answer carries them."""
+    prefix = results[0].msg_id[:-16]
+    return ",".join([f"{prefix}{r.commitlog_offset:016X}" for r in results])
 
 
 def _peer_ip(host: str) -> bytes:

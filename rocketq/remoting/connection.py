@@ -70,6 +70,8 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._out: list[bytes | memoryview] | None = None
         self._reading = False
+        #: While a request is served: whether more commands of the same read follow it.
+        self.more_to_serve = False
         self._deadlines: dict[int, float] = {}
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -90,8 +92,10 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self._reading = True
+        last = commands[-1] if commands else None
         try:
             for cmd in commands:
+                self.more_to_serve = cmd is not last
                 if cmd.flag & 1:  # a response
                     fut = self.pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
@@ -101,10 +105,11 @@ class Connection(asyncio.Protocol):
                     self._dispatch(cmd)
         finally:
             self._reading = False
+            self.more_to_serve = False
         if self._out:
             # Answers made while reading go out now, in one write, before the callbacks the
             # handlers scheduled (such as dispatching what they appended) delay them.
-            self._flush()
+            self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         error = ConnectionClosedError(f"connection to {self.peer[0]}:{self.peer[1]} closed")
@@ -208,14 +213,15 @@ class Connection(asyncio.Protocol):
         if out is None:
             out = self._out = []
             if not self._reading:  # else data_received writes when it is done
-                self.loop.call_soon(self._flush)
+                self.loop.call_soon(self.flush)
         out.extend(chunks)
         if len(out) >= FLUSH_CHUNKS:
             # Long bursts go out in parts, so the peer starts on the first frames while the
             # rest are being made: both sides then work at once instead of taking turns.
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what is queued now (normally done at the end of the read or iteration)."""
         out, self._out = self._out, None
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)

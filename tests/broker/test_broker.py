@@ -191,6 +191,39 @@ def test_send_errors_and_batches(cluster):
     run_async(main())
 
 
+def test_sends_of_one_burst_are_stored_together_and_answered_each(cluster):
+    """Sends that arrive together, on two connections, are appended in one go; one the store
+    refuses (its body is too large) gets its own error while the others are stored, each
+    answered with its own offset, in the order they came."""
+    async def main():
+        await cluster.start_namesrv()
+        broker = await cluster.start_broker(maxMessageSize=1024)
+        a, b = RemotingClient(), RemotingClient()
+        try:
+            await a.invoke(broker.address, RemotingCommand.request(
+                RC.UPDATE_AND_CREATE_TOPIC, {"topic": "Burst", "readQueueNums": 1,
+                                             "writeQueueNums": 1}))
+            bodies = [b"a0", b"a1", b"x" * 2000, b"a3", b"b0", b"b1"]
+            calls = [(a if i < 4 else b).invoke(broker.address, send_v2("Burst", body))
+                     for i, body in enumerate(bodies)]
+            answers = await asyncio.gather(*calls)
+            assert [r.code for r in answers] == [0, 0, 13, 0, 0, 0]
+            assert "maxMessageSize" in answers[2].remark
+            stored = [r.ext_fields["queueOffset"] for r in answers if r.code == 0]
+            assert sorted(stored) == ["0", "1", "2", "3", "4"]
+            await dispatched(broker)
+            r = await a.invoke(broker.address, pull("Burst", 0, 0))
+            by_offset = {m.queue_offset: m.body for m in decode_records(r.body)}
+            assert by_offset == {int(r.ext_fields["queueOffset"]): body
+                                 for r, body in zip(answers, bodies, strict=True) if r.code == 0}
+        finally:
+            await a.close()
+            await b.close()
+            await cluster.stop()
+
+    run_async(main())
+
+
 def test_long_poll_answers_when_a_message_lands(cluster):
     async def main():
         await cluster.start_namesrv()
