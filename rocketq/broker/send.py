@@ -90,6 +90,10 @@ def _bool(header: dict[str, str], name: str) -> bool:
     return (header.get(name) or "").strip().lower() in ("true", "1")
 
 
+#: A single send waiting to be appended with the others of its loop iteration.
+_Queued = tuple[Connection, RemotingCommand, StoreMessage, int]
+
+
 class SendProcessor:
     """Handles the send requests of one broker."""
 
@@ -100,7 +104,8 @@ class SendProcessor:
         self.cluster_property_bytes = self.cluster_property.encode()
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
-        self._queued: list[tuple[Connection, RemotingCommand, StoreMessage, int]] = []
+        self._queued: list[_Queued] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def handle(self, conn: Connection, cmd: RemotingCommand):
         """Answer at once when the store need not wait for a flush, else return a coroutine."""
@@ -200,15 +205,15 @@ class SendProcessor:
             queue_id = reply_queue_id
             if cmd.code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
                 return self._reply(cmd, ext, names, message)
-        store = broker.store
-        if store.config.sync_flush:
-            return self._put_async(cmd, message, queue_id, batch)
         if not batch and (self._queued or conn.more_to_serve):
             # Appended with the other sends of this loop iteration, answered by _append_queued.
             self._queued.append((conn, cmd, message, queue_id))
             if len(self._queued) == 1:
                 asyncio.get_running_loop().call_soon(self._append_queued)
             return None
+        store = broker.store
+        if store.config.sync_flush:
+            return self._put_async(cmd, message, queue_id, batch)
         try:
             results = store.put_messages(message if batch else (message,))
         except Exception as exc:
@@ -216,32 +221,66 @@ class SendProcessor:
         return self._response(cmd, message, results, queue_id, batch)
 
     def _append_queued(self) -> None:
-        """Append the single messages that arrived in one loop iteration, from every
-        connection, in one CommitLog call (one lock, one copy into the file), and answer each.
-        A message the store refuses makes the rest go one by one, so only it is refused."""
+        """Append the single messages that arrived together in one CommitLog call (one lock,
+        one copy into the file) and answer each; with SYNC_FLUSH they also share the wait for
+        the flush. A message the store refuses makes the rest go one by one, so that only it
+        is refused."""
         queued, self._queued = self._queued, []
         store = self.broker.store
+        if store.config.sync_flush:
+            task = asyncio.get_running_loop().create_task(self._append_queued_durable(queued))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
         try:
             results = store.put_messages([q[2] for q in queued])
         except Exception:
-            results = None
-        conns = set()
-        for i, (conn, cmd, message, queue_id) in enumerate(queued):
-            try:
-                if results is None:
-                    response = self._response(cmd, message, store.put_messages((message,)),
-                                              queue_id, False)
-                else:
-                    response = self._response(cmd, message, results[i:i + 1], queue_id, False)
-            except Exception as exc:
+            answers = [self._put_alone(cmd, message, queue_id)
+                       for _, cmd, message, queue_id in queued]
+        else:
+            answers = self._answers(queued, results)
+        self._send_answers(queued, answers)
+
+    async def _append_queued_durable(self, queued: list[_Queued]) -> None:
+        try:
+            results = await self.broker.store.put_messages_async([q[2] for q in queued])
+        except Exception:
+            answers = []
+            for _, cmd, message, queue_id in queued:
                 try:
-                    response = self._store_error(cmd, exc)
-                except Exception:
-                    log.exception("send from %s:%d failed", *conn.peer)
-                    response = cmd.response(ResponseCode.SYSTEM_ERROR,
-                                            remark=f"{type(exc).__name__}: {exc}")
+                    answers.append(await self._put_async(cmd, message, queue_id, False))
+                except Exception as exc:
+                    answers.append(self._error_answer(cmd, exc))
+        else:
+            answers = self._answers(queued, results)
+        self._send_answers(queued, answers)
+
+    def _answers(self, queued: list[_Queued], results: list[PutResult]
+                 ) -> list[RemotingCommand]:
+        return [self._response(cmd, message, results[i:i + 1], queue_id, False)
+                for i, (_, cmd, message, queue_id) in enumerate(queued)]
+
+    def _put_alone(self, cmd: RemotingCommand, message: StoreMessage,
+                   queue_id: int) -> RemotingCommand:
+        try:
+            return self._response(cmd, message, self.broker.store.put_messages((message,)),
+                                  queue_id, False)
+        except Exception as exc:
+            return self._error_answer(cmd, exc)
+
+    def _error_answer(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        try:
+            return self._store_error(cmd, exc)
+        except Exception:
+            log.exception("send failed")
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _send_answers(queued: list[_Queued], answers: list[RemotingCommand]) -> None:
+        conns = set()
+        for (conn, cmd, _, _), answer in zip(queued, answers, strict=True):
             if not cmd.is_oneway:
-                conn.send(response)
+                conn.send(answer)
                 conns.add(conn)
         for conn in conns:
             conn.flush()  # answers first, then the dispatch the appends scheduled

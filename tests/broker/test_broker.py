@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import orjson
+import pytest
 
 from rocketq.protocol import fastjson
 from rocketq.protocol.codes import RequestCode as RC
@@ -191,13 +192,14 @@ def test_send_errors_and_batches(cluster):
     run_async(main())
 
 
-def test_sends_of_one_burst_are_stored_together_and_answered_each(cluster):
-    """Sends that arrive together, on two connections, are appended in one go; one the store
-    refuses (its body is too large) gets its own error while the others are stored, each
-    answered with its own offset, in the order they came."""
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_sends_of_one_burst_are_stored_together_and_answered_each(cluster, flush):
+    """Sends that arrive together are appended in one go (with SYNC_FLUSH, answered after
+    one shared flush); one the store refuses (its body is too large) gets its own error while
+    the others are stored, each answered with its own offset, in the order they came."""
     async def main():
         await cluster.start_namesrv()
-        broker = await cluster.start_broker(maxMessageSize=1024)
+        broker = await cluster.start_broker(maxMessageSize=1024, flushDiskType=flush)
         a, b = RemotingClient(), RemotingClient()
         try:
             await a.invoke(broker.address, RemotingCommand.request(
