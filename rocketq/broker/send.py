@@ -99,7 +99,6 @@ class SendProcessor:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._valid_topics: set[str] = set()
         self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02"
         self.cluster_property_bytes = self.cluster_property.encode()
         self.region = broker.config.regionId
@@ -113,19 +112,16 @@ class SendProcessor:
         ext = cmd.ext_fields
         names = _V2_KEYS if cmd.code in V2_CODES else _LONG_KEYS
         topic = ext.get(names.topic) or ""
-        if topic not in self._valid_topics:
-            try:
-                validate_topic(topic)
-            except IllegalTopicError as exc:
-                return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-            if len(self._valid_topics) < 100_000:
-                self._valid_topics.add(topic)
         if not broker.config.brokerPermission & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{broker.config.brokerName}] sending message "
                                        "is forbidden")
-        topic_config = broker.topics.topics.get(topic)
+        topic_config = broker.topics.topics.get(topic)  # a known topic's name is valid
         if topic_config is None:
+            try:
+                validate_topic(topic)
+            except IllegalTopicError as exc:
+                return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
             topic_config = broker.topics.create_in_send(
                 topic, ext.get(names.default_topic) or "TBW102",
                 _int(ext, names.default_queue_nums, 4))

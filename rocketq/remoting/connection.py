@@ -153,6 +153,8 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             self._reply_error(cmd, exc)
             return
+        if result is None:
+            return
         if type(result) is RemotingCommand:
             if not cmd.flag & FLAG_ONEWAY:
                 self.send(result)
@@ -160,7 +162,7 @@ class Connection(asyncio.Protocol):
             task = self.loop.create_task(self._finish(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif result is not None and not cmd.is_oneway:
+        elif not cmd.is_oneway:
             self.send(result)
 
     async def _finish(self, cmd: RemotingCommand,
