@@ -41,6 +41,15 @@ _HAS_UNIQ = b"UNIQ_KEY\x01"
 _HIDDEN = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
 
 
+_PLAIN, _SCHEDULED, _TIMED = 0, 1, 2
+
+
+def _topic_info(raw_topic: bytes) -> tuple[str, bytes, int]:
+    kind = (_SCHEDULED if raw_topic == _SCHEDULE_TOPIC else
+            _TIMED if raw_topic == _TIMER_TOPIC else _PLAIN)
+    return raw_topic.decode(), raw_topic + b"#", kind
+
+
 class Dispatcher:
     """Builds ConsumeQueue units and index entries from CommitLog records."""
 
@@ -52,9 +61,9 @@ class Dispatcher:
         self.index = index
         self.get_queue = get_queue
         self.reput_offset = 0
-        self._topics: dict[bytes, str] = {}
+        #: Per topic (as stored): its name, its index key prefix and its kind.
+        self._topics: dict[bytes, tuple[str, bytes, int]] = {}
         self._tag_codes: dict[bytes, int] = {}
-        self._topic_prefixes: dict[bytes, bytes] = {}
 
     def _tag_code(self, tags: bytes) -> int:
         code = self._tag_codes.get(tags)
@@ -91,7 +100,6 @@ class Dispatcher:
         index_keys: list[bytes] = []
         index_offsets: list[int] = []
         index_times: list[int] = []
-        topic_prefixes = self._topic_prefixes
         count = 0
         offset = self.reput_offset
         while offset < end and count < limit:
@@ -115,35 +123,35 @@ class Dispatcher:
                         break
                     if magic != MAGIC_V2 or size <= 0:
                         raise ValueError(f"no record at CommitLog offset {base + pos}")
-                p = pos + _HEADER_SIZE + body_len
+                # The record's tail: topic length, topic, properties length, properties.
+                tail = mm[pos + _HEADER_SIZE + body_len:pos + size]
                 if magic == MAGIC_V1:
-                    topic_len = mm[p]
-                    p += 1
+                    t = 1 + tail[0]
+                    raw_topic = tail[1:t]
                 else:
-                    topic_len = (mm[p] << 8) | mm[p + 1]
-                    p += 2
-                raw_topic = mm[p:p + topic_len]
-                topic = topics.get(raw_topic)
-                if topic is None:
-                    topic = topics[raw_topic] = raw_topic.decode()
-                p += topic_len
-                props_len = (mm[p] << 8) | mm[p + 1]
-                props = mm[p + 2:p + 2 + props_len] if props_len else b""
+                    t = 2 + ((tail[0] << 8) | tail[1])
+                    raw_topic = tail[2:t]
+                props = tail[t + 2:]
+                info = topics.get(raw_topic)
+                if info is None:
+                    info = topics[raw_topic] = _topic_info(raw_topic)
+                topic, prefix, kind = info
                 phys = base + pos
                 if sysflag & SysFlag.TRANSACTION_MASK not in _HIDDEN:
                     code = 0
-                    if raw_topic == _SCHEDULE_TOPIC:
+                    if kind == _PLAIN:
+                        if _HAS_TAGS in props:
+                            tags = property_value(props, _TAGS)
+                            if tags:
+                                code = tag_codes.get(tags)
+                                if code is None:
+                                    code = self._tag_code(tags)
+                    elif kind == _SCHEDULED:
                         # Delayed messages: the unit carries the delivery time, not a tag.
                         code = self._deliver_at(props, store_ts)
-                    elif raw_topic == _TIMER_TOPIC:
+                    else:
                         due = property_value(props, _TIMER_OUT) if props else None
                         code = int(due) if due and due.isdigit() else store_ts
-                    elif _HAS_TAGS in props:
-                        tags = property_value(props, _TAGS)
-                        if tags:
-                            code = tag_codes.get(tags)
-                            if code is None:
-                                code = self._tag_code(tags)
                     key = (topic, queue_id)
                     run = runs.get(key)
                     if run is None:
@@ -155,9 +163,6 @@ class Dispatcher:
                         self._write_run(key, run)
                         runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
                 if index is not None and props and phys > index_from:
-                    prefix = topic_prefixes.get(raw_topic)
-                    if prefix is None:
-                        prefix = topic_prefixes[raw_topic] = raw_topic + b"#"
                     # UNIQ_KEY is on nearly every record: found inline, not by a call.
                     i = props.find(_HAS_UNIQ)
                     if i > 0 and props[i - 1] != 2:  # inside another value: parse properly
