@@ -29,6 +29,7 @@ log = logging.getLogger("rocketq.remoting")
 
 #: Buffers queued for writing that make a write before the burst producing them ends.
 FLUSH_CHUNKS = 32
+FLUSH_BYTES = 8192
 #: How often a connection checks its requests' deadlines: a request times out at most this
 #: much after its timeout.
 SWEEP_INTERVAL = 0.02
@@ -70,6 +71,7 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._out: list[bytes | memoryview] | None = None
         self._reading = False
+        self._out_size = 0
         #: While a request is served: whether more commands of the same read follow it.
         self.more_to_serve = False
         self._deadlines: dict[int, float] = {}
@@ -214,10 +216,13 @@ class Connection(asyncio.Protocol):
         out = self._out
         if out is None:
             out = self._out = []
+            self._out_size = 0
             if not self._reading:  # else data_received writes when it is done
                 self.loop.call_soon(self.flush)
         out.extend(chunks)
-        if len(out) >= FLUSH_CHUNKS:
+        for chunk in chunks:
+            self._out_size += len(chunk)
+        if len(out) >= FLUSH_CHUNKS or self._out_size >= FLUSH_BYTES:
             # Long bursts go out in parts, so the peer starts on the first frames while the
             # rest are being made: both sides then work at once instead of taking turns.
             self.flush()
