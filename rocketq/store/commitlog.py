@@ -276,9 +276,7 @@ class CommitLog:
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
-        f = self.files.last_for_write()
-        base = f.from_offset + f.wrote_position
-        free = f.free_space
+        f, base, free = self._tail()
         parts: list[bytes] = []
         extend = parts.extend
         for m in messages:
@@ -317,6 +315,10 @@ class CommitLog:
         f.append(b"".join(parts))
         f.wrote_position = f.file_size
         parts.clear()
+        return self._tail()
+
+    def _tail(self) -> tuple[MappedFile, int, int]:
+        """The file appends go to, the CommitLog offset of its end and its free space."""
         f = self.files.last_for_write()
         return f, f.from_offset + f.wrote_position, f.free_space
 
@@ -369,9 +371,7 @@ class CommitLog:
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
-        f = self.files.last_for_write()
-        base = f.from_offset + f.wrote_position
-        free = f.free_space
+        f, base, free = self._tail()
         parts: list = []
         extend = parts.extend
         for flag, start, body_len, props_start, props_len in elements:
