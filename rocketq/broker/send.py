@@ -46,6 +46,7 @@ log = logging.getLogger("rocketq.broker")
 
 V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
             RequestCode.SEND_REPLY_MESSAGE_V2)
+_REPLY_CODES = (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
 
 
 class _HeaderKeys(NamedTuple):
@@ -107,7 +108,9 @@ class SendProcessor:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def handle(self, conn: Connection, cmd: RemotingCommand):
-        """Answer at once when the store need not wait for a flush, else return a coroutine."""
+        """Answer at once when the store need not wait for a flush, else return a coroutine;
+        or return None for a single send that more of the same read follow: it is appended
+        with them at the end of the loop iteration and answered then (_append_queued)."""
         broker = self.broker
         ext = cmd.ext_fields
         names = _V2_KEYS if cmd.code in V2_CODES else _LONG_KEYS
@@ -199,14 +202,17 @@ class SendProcessor:
                                    born_host=born_host, born_port=born_port,
                                    reconsume_times=reconsume)
             queue_id = reply_queue_id
-            if cmd.code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
-                return self._reply(cmd, ext, names, message)
-        if not batch and (self._queued or conn.more_to_serve):
-            # Appended with the other sends of this loop iteration, answered by _append_queued.
+        reply = not batch and cmd.code in _REPLY_CODES
+        if not batch and not reply and (self._queued or conn.more_to_serve):
+            # Appended with the other sends of this loop iteration, by _append_queued.
             self._queued.append((conn, cmd, message, queue_id))
             if len(self._queued) == 1:
                 asyncio.get_running_loop().call_soon(self._append_queued)
             return None
+        if self._queued:
+            self._append_queued()  # the sends that came first are stored first
+        if reply:
+            return self._reply(cmd, ext, names, message)  # type: ignore[arg-type]
         store = broker.store
         if store.config.sync_flush:
             return self._put_async(cmd, message, queue_id, batch)
@@ -222,6 +228,8 @@ class SendProcessor:
         the flush. A message the store refuses makes the rest go one by one, so that only it
         is refused."""
         queued, self._queued = self._queued, []
+        if not queued:
+            return  # already appended, ahead of a send that had to go after them
         store = self.broker.store
         if store.config.sync_flush:
             task = asyncio.get_running_loop().create_task(self._append_queued_durable(queued))

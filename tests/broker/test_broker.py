@@ -10,7 +10,7 @@ import pytest
 
 from rocketq.protocol import fastjson
 from rocketq.protocol.codes import RequestCode as RC
-from rocketq.protocol.command import RemotingCommand
+from rocketq.protocol.command import FrameDecoder, RemotingCommand, encode
 from rocketq.protocol.message import (
     decode_records,
     encode_batch,
@@ -221,6 +221,49 @@ def test_sends_of_one_burst_are_stored_together_and_answered_each(cluster, flush
         finally:
             await a.close()
             await b.close()
+            await cluster.stop()
+
+    run_async(main())
+
+
+def test_sends_and_batches_in_one_read_are_stored_in_arrival_order(cluster):
+    """Single sends wait to be appended with the rest of their read; a batch behind them in
+    the same read is stored after them, not ahead: one write carries s0, s1, a batch of two
+    and s4, and the queue holds them in that order."""
+    import socket
+
+    async def main():
+        await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        c = RemotingClient()
+        try:
+            await c.invoke(broker.address, RemotingCommand.request(
+                RC.UPDATE_AND_CREATE_TOPIC, {"topic": "Order", "readQueueNums": 1,
+                                             "writeQueueNums": 1}))
+            batch = send_v2("Order", encode_batch([(0, b"b2", ""), (0, b"b3", "")]), m=True)
+            batch.code = RC.SEND_BATCH_MESSAGE
+            cmds = [send_v2("Order", b"s0"), send_v2("Order", b"s1"), batch,
+                    send_v2("Order", b"s4")]
+            host, port = broker.address.split(":")
+
+            def one_write():
+                with socket.create_connection((host, int(port)), timeout=5) as sock:
+                    sock.sendall(b"".join(encode(cmd) for cmd in cmds))
+                    decoder, answers = FrameDecoder(), []
+                    while len(answers) < len(cmds):
+                        answers += decoder.feed(sock.recv(65536))
+                    return answers
+
+            answers = await asyncio.to_thread(one_write)
+            assert all(a.code == 0 for a in answers)
+            by_opaque = {a.opaque: a.ext_fields["queueOffset"] for a in answers}
+            assert [by_opaque[cmd.opaque] for cmd in cmds] == ["0", "1", "2", "4"]
+            await dispatched(broker)
+            r = await c.invoke(broker.address, pull("Order", 0, 0))
+            assert [m.body for m in decode_records(r.body)] == [b"s0", b"s1", b"b2", b"b3",
+                                                                  b"s4"]
+        finally:
+            await c.close()
             await cluster.stop()
 
     run_async(main())
