@@ -87,10 +87,6 @@ def _int(header: dict[str, str], name: str, default: int) -> int:
         raise ProtocolError(f"field {name!r} is not an integer: {value!r}") from None
 
 
-def _bool(header: dict[str, str], name: str) -> bool:
-    return (header.get(name) or "").strip().lower() in ("true", "1")
-
-
 #: A single send waiting to be appended with the others of its loop iteration.
 _Queued = tuple[Connection, RemotingCommand, StoreMessage, int]
 
@@ -354,19 +350,13 @@ class SendProcessor:
         uniq = property_value(message.properties, b"UNIQ_KEY")
         self.broker.stats.put(len(results), message.topic)
         return cmd.response_text(code, {
-            "msgId": _offset_ids(results) if batch else first.msg_id,
+            "msgId": ",".join([r.msg_id for r in results]) if batch else first.msg_id,
             "queueId": str(queue_id),
             "queueOffset": str(first.queue_offset),
             "transactionId": uniq.decode() if uniq else "",
             "MSG_REGION": self.region,
             "TRACE_ON": self.trace_on,
         })
-
-
-def _offset_ids(results: list[PutResult]) -> str:
-    """The offset message ids of a batch, comma-separated, as the answer carries them."""
-    prefix = results[0].msg_id[:-16]
-    return ",".join([f"{prefix}{r.commitlog_offset:016X}" for r in results])
 
 
 def _peer_ip(host: str) -> bytes:

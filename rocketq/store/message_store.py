@@ -373,11 +373,11 @@ class MessageStore:
             raise StoreClosedError("the message store is closed")
         if isinstance(messages, BatchMessage):
             appended = self.commitlog.append_batch(messages)
-            waits = _wants_wait(messages)
+            waits = self._group_commit is not None and _wants_wait(messages)
         else:
             appended = self.commitlog.append(messages)
             waits = self._group_commit is not None and any(_wants_wait(m) for m in messages)
-        if self._group_commit is None or not appended or not waits:
+        if not waits or not appended:
             return appended, 0
         last = appended[-1]
         return appended, last.commitlog_offset + last.size
