@@ -309,7 +309,7 @@ class Broker:
             topic, queue_id, encoded = to_schedule(retry, 0, encode_properties(props),
                                                    level, levels)
         message = StoreMessage.from_record(
-            record, topic, queue_id, (encoded + self.send.cluster_property).encode(),
+            record, topic, queue_id, encoded.encode() + self.send.cluster_property,
             reconsume_times=times + 1)
         try:
             await self.store.put_messages_async([message])

@@ -96,8 +96,8 @@ class SendProcessor:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02"
-        self.cluster_property_bytes = self.cluster_property.encode()
+        #: Added to every stored message's properties, encoded.
+        self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02".encode()
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
         self._queued: list[_Queued] = []
@@ -154,11 +154,10 @@ class SendProcessor:
         born_port = conn.peer[1]
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
             (ext.get(names.batch) or "").lower() in ("true", "1"))
-        cluster = self.cluster_property
         message: StoreMessage | BatchMessage
         if batch:
             # The elements go from the request's body straight into records.
-            message = BatchMessage(topic, cmd.body, queue_id, suffix=self.cluster_property_bytes,
+            message = BatchMessage(topic, cmd.body, queue_id, suffix=self.cluster_property,
                                    properties=props.encode(), sysflag=sysflag,
                                    born_timestamp=born, born_host=born_host,
                                    born_port=born_port, reconsume_times=reconsume)
@@ -188,7 +187,7 @@ class SendProcessor:
             if level > 0 and is_delayable(sysflag) and tran != SysFlag.TRANSACTION_PREPARED:
                 topic, queue_id, props = to_schedule(
                     topic, queue_id, props, level, len(broker.store_config.delay_levels_ms))
-            raw_props = (props + cluster).encode()
+            raw_props = props.encode() + self.cluster_property
             if len(raw_props) > MAX_PROPERTIES_SIZE:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                     remark=f"message properties are {len(raw_props)} "
