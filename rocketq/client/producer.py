@@ -338,11 +338,7 @@ class AsyncProducer:
         if oneway:
             await remoting.invoke_oneway(addr, cmd)
             return None
-        conn = remoting.connections.get(addr)
-        if conn is not None and conn.is_open:
-            response = await conn.request(cmd, timeout)
-        else:
-            response = await remoting.invoke(addr, cmd, timeout)
+        response = await remoting.invoke(addr, cmd, timeout)
         status = _STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError(response.code, f"send to {mq} refused: {response.remark}")

@@ -203,7 +203,9 @@ class RemotingClient:
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
                      ) -> RemotingCommand:
         """Send a request to ``addr`` and return the response."""
-        conn = await self.connection(addr)
+        conn = self.connections.get(addr)
+        if conn is None or not conn.is_open:  # an open connection is used without awaiting
+            conn = await self.connection(addr)
         return await conn.request(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
