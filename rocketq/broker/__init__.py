@@ -300,6 +300,7 @@ class Broker:
         props.setdefault(Property.ORIGIN_MESSAGE_ID,
                          cmd.field("originMsgId") or record.msg_id)
         props.pop(Property.DELAY, None)
+        props[Property.CLUSTER] = self.config.brokerClusterName
         levels = len(self.store_config.delay_levels_ms)
         if times >= max_times or delay_level < 0:
             topic, queue_id = self.dead_letter_topic(group), 0
@@ -309,7 +310,7 @@ class Broker:
             topic, queue_id, encoded = to_schedule(retry, 0, encode_properties(props),
                                                    level, levels)
         message = StoreMessage.from_record(
-            record, topic, queue_id, encoded.encode() + self.send.cluster_property,
+            record, topic, queue_id, encoded.encode(),
             reconsume_times=times + 1)
         try:
             await self.store.put_messages_async([message])

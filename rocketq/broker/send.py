@@ -21,6 +21,7 @@ from ..protocol.message import (
     decode_properties,
     encode_properties,
     host_to_bytes,
+    join_properties,
     property_value,
 )
 from ..protocol.topic import RETRY_GROUP_TOPIC_PREFIX, IllegalTopicError, validate_topic
@@ -77,6 +78,32 @@ def _without_delay(props: str) -> str:
     return encode_properties(parsed)
 
 
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+#: The integer fields of a send header: attribute of _HeaderKeys, Java type, bounds.
+_INT_FIELDS = (("queue_id", "int", _INT_MIN, _INT_MAX), ("sysflag", "int", _INT_MIN, _INT_MAX),
+               ("born", "long", _LONG_MIN, _LONG_MAX), ("flag", "int", _INT_MIN, _INT_MAX),
+               ("reconsume", "int", _INT_MIN, _INT_MAX))
+
+
+def _bad_header(header: dict[str, str], names: _HeaderKeys) -> str:
+    """The remark for a send header whose integers do not parse or do not fit the Java type
+    of their field, naming the field (by its long name, and its short V2 key)."""
+    for attr, java_type, low, high in _INT_FIELDS:
+        key = getattr(names, attr)
+        label = getattr(_LONG_KEYS, attr)
+        label = label if key == label else f"{label} ({key})"
+        value = header.get(key) or "0"
+        try:
+            number = int(value)
+        except ValueError:
+            return f"the header field {label} is not an integer: {value[:40]!r}"
+        if not low <= number <= high:
+            return (f"the header field {label} is out of range for a Java {java_type}: "
+                    f"{value[:40]}")
+    return "bad send header"
+
+
 def _int(header: dict[str, str], name: str, default: int) -> int:
     value = header.get(name)
     if value is None or value == "":
@@ -115,6 +142,19 @@ class SendProcessor:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{broker.config.brokerName}] sending message "
                                        "is forbidden")
+        try:
+            queue_id = int(ext.get(names.queue_id) or 0)
+            sysflag = int(ext.get(names.sysflag) or 0)
+            born = int(ext.get(names.born) or 0)
+            flag = int(ext.get(names.flag) or 0)
+            reconsume = int(ext.get(names.reconsume) or 0)
+        except ValueError:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
+        # The record stores them as Java ints and a long: refused here, never by the store.
+        if not (_INT_MIN <= queue_id <= _INT_MAX and _INT_MIN <= sysflag <= _INT_MAX
+                and _INT_MIN <= flag <= _INT_MAX and _INT_MIN <= reconsume <= _INT_MAX
+                and _LONG_MIN <= born <= _LONG_MAX):
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
         topic_config = broker.topics.topics.get(topic)  # a known topic's name is valid
         if topic_config is None:
             try:
@@ -131,14 +171,6 @@ class SendProcessor:
         if not topic_config.perm & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the topic[{topic}] sending message is forbidden")
-        try:
-            queue_id = int(ext.get(names.queue_id) or 0)
-            sysflag = int(ext.get(names.sysflag) or 0)
-            born = int(ext.get(names.born) or 0)
-            flag = int(ext.get(names.flag) or 0)
-            reconsume = int(ext.get(names.reconsume) or 0)
-        except ValueError as exc:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=f"bad header: {exc}")
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums)
         elif queue_id >= topic_config.write_queue_nums:
@@ -187,7 +219,7 @@ class SendProcessor:
             if level > 0 and is_delayable(sysflag) and tran != SysFlag.TRANSACTION_PREPARED:
                 topic, queue_id, props = to_schedule(
                     topic, queue_id, props, level, len(broker.store_config.delay_levels_ms))
-            raw_props = props.encode() + self.cluster_property
+            raw_props = join_properties(props.encode(), self.cluster_property)
             if len(raw_props) > MAX_PROPERTIES_SIZE:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                     remark=f"message properties are {len(raw_props)} "

@@ -121,6 +121,19 @@ def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
     return result
 
 
+def join_properties(properties: bytes, more: bytes) -> bytes:
+    """``properties`` followed by the encoded properties ``more``, with one ``\\x02`` between.
+
+    Clients differ in how a property string ends: the C++ client and Java 5.x end it with the
+    separator, Java 4.9.1 to 4.9.8 leave it off (``MessageDecoder.messageProperties2String``).
+    Never assume either: glued on without the separator, ``more`` would become part of the
+    last property's value (RocketMQ's broker adds it the same way,
+    ``CommitLog.needAppendLastPropertySeparator``)."""
+    if properties and more and properties[-1] != 2:
+        return properties + b"\x02" + more
+    return properties + more
+
+
 def property_value(data: bytes, name: bytes) -> bytes | None:
     """Return one property's raw value from an encoded property string, without a full parse.
 

@@ -337,15 +337,19 @@ class CommitLog:
         extra = len(batch.suffix)
         fixed = 90 + len(topic_part) + extra
         max_body, max_record = self._max_body, self._max_record
-        for _flag, _start, body_len, _props_start, props_len in elements:
+        body = batch.body
+        for _flag, _start, body_len, props_start, props_len in elements:
             if body_len > max_body:
                 raise MessageTooLargeError(
                     f"message body is {body_len} bytes; maxMessageSize is {max_body}")
-            if props_len + extra > MAX_PROPERTIES_SIZE:
+            # One more byte where the element's properties lack the final separator.
+            stored = props_len + extra + (
+                1 if extra and props_len and body[props_start + props_len - 1] != 2 else 0)
+            if stored > MAX_PROPERTIES_SIZE:
                 raise PropertiesTooLargeError(
-                    f"message properties are {props_len + extra} bytes; the limit is "
+                    f"message properties are {stored} bytes; the limit is "
                     f"{MAX_PROPERTIES_SIZE}")
-            if fixed + body_len + props_len > max_record:
+            if fixed - extra + body_len + stored > max_record:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
         with self.lock:
             return self._append_batch_locked(batch, elements, topic_part)
@@ -356,7 +360,10 @@ class CommitLog:
         results: list[PutResult] = []
         view = memoryview(batch.body)
         suffix = batch.suffix
-        fixed = 90 + len(topic_part) + len(suffix)
+        # Java 4.9.x clients end an element's properties without the separator: it is added
+        # before the suffix (protocol.message.join_properties says why).
+        separated = b"\x02" + suffix if suffix else suffix
+        fixed = 90 + len(topic_part)
         queue_id, sysflag = batch.queue_id, batch.sysflag
         born_ts, born_host, born_port = batch.born_timestamp, batch.born_host, batch.born_port
         reconsume = batch.reconsume_times
@@ -375,15 +382,18 @@ class CommitLog:
         parts: list = []
         extend = parts.extend
         for flag, start, body_len, props_start, props_len in elements:
-            size = fixed + body_len + props_len
+            props_end = props_start + props_len
+            tail = separated if props_len and view[props_end - 1] != 2 else suffix
+            stored = props_len + len(tail)
+            size = fixed + body_len + stored
             if size + END_FILE_MIN_BLANK_LENGTH > free:
                 f, base, free = self._seal(f, free, parts)
             body = view[start:start + body_len]
             extend((pack(size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag,
                          queue_offset, base, sysflag, born_ts, born_host, born_port, now,
                          store_host, store_port, reconsume, 0, body_len),
-                    body, topic_part, pack_short(props_len + len(suffix)),
-                    view[props_start:props_start + props_len], suffix))
+                    body, topic_part, pack_short(stored),
+                    view[props_start:props_end], tail))
             results.append(PutResult(ok, base, size, queue_offset, now, prefix))
             if counted:
                 queue_offset += 1

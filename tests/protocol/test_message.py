@@ -18,6 +18,7 @@ from rocketq.protocol.message import (
     encode_record,
     host_to_bytes,
     java_hash,
+    join_properties,
     property_value,
     tags_code,
 )
@@ -123,3 +124,22 @@ def test_illegal_topics(topic):
 @pytest.mark.parametrize("topic", ["TopicTest", "a-b_c", "%RETRY%group", "%DLQ%" + "g" * 200])
 def test_legal_topics(topic):
     validate_topic(topic)
+
+
+_name = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+                min_size=1, max_size=8)
+_value = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+                 max_size=8)
+
+
+@given(st.dictionaries(_name, _value, max_size=5), st.booleans())
+def test_join_properties_whatever_the_final_separator(props, java49):
+    """Java 4.9.x leaves the final separator off, the C++ client and Java 5 keep it: joined
+    with CLUSTER, both decode to the same properties plus CLUSTER, with no empty segment."""
+    encoded = encode_properties(props).encode()
+    if java49:
+        encoded = encoded[:-1]  # what MessageDecoder.messageProperties2String sends in 4.9.x
+    joined = join_properties(encoded, b"CLUSTER\x01c\x02")
+    assert b"\x02\x02" not in joined and not joined.startswith(b"\x02")
+    assert decode_properties(joined) == {**props, "CLUSTER": "c"}
+    assert join_properties(encoded, b"") == encoded
