@@ -51,6 +51,29 @@ class ConsumerGroup:
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     channels: dict[str, ClientChannel] = field(default_factory=dict)
 
+    def update_subscriptions(self, subs: dict[str, Subscription]) -> bool:
+        """Merge one member's heartbeat into the group's table, as RocketMQ's
+        ``ConsumerGroupInfo.updateSubscription`` does: a topic's subscription is replaced only
+        by a newer ``subVersion``, and topics the heartbeat no longer names are dropped.
+
+        Members of one group heartbeat with different versions (the Java client takes a new
+        one after each rebalance), so keeping the last heartbeat's would refuse the pulls of
+        every member whose version is newer (SUBSCRIPTION_NOT_LATEST) until it heartbeats
+        again. Returns whether the set of topics changed."""
+        changed = False
+        table = self.subscriptions
+        for topic, sub in subs.items():
+            old = table.get(topic)
+            if old is None:
+                table[topic] = sub
+                changed = True
+            elif sub.sub_version > old.sub_version:
+                table[topic] = sub
+        for topic in [t for t in table if t not in subs]:
+            del table[topic]
+            changed = True
+        return changed
+
 
 class ClientManager:
     """Producer and consumer groups, by client id and connection."""
@@ -92,7 +115,7 @@ class ClientManager:
                 if parsed.topic:
                     subs[parsed.topic] = parsed
             if subs or not consumer.get("withoutSub"):
-                group.subscriptions = subs
+                group.update_subscriptions(subs)
             new_member = client_id not in group.channels
             group.channels[client_id] = channel
             if new_member:
