@@ -12,23 +12,24 @@ from typing import Any
 
 import orjson
 
-from .. import __version__
 from ..protocol import fastjson
-from ..protocol.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.message import Property, encode_properties
 from ..protocol.sql92 import SqlError, compile_selector
-from ..protocol.topic import IllegalTopicError, dlq_topic, retry_topic, validate_topic
+from ..protocol.topic import dlq_topic, retry_topic
 from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
 from ..store import MessageStore, MessageStoreConfig, StoreMessage
+from .admin_requests import admin_handlers
 from .clients import ClientManager, ConsumerGroup
-from .config import PERM_READ, PERM_WRITE, BrokerConfig, load_broker_conf
+from .config import PERM_READ, PERM_WRITE, BrokerConfig, load_broker_conf, load_overrides
 from .delay import ScheduleService, to_schedule
 from .offsets import ConsumerOffsetManager
 from .pull import PullProcessor
 from .send import SendProcessor
+from .stats import Stats, runtime_info
 from .timer import TimerService
-from .topics import TopicConfig, TopicConfigManager
+from .topics import TopicConfigError, TopicConfigManager, topic_config_from_request
 from .transaction import TransactionService
 
 log = logging.getLogger("rocketq.broker")
@@ -36,23 +37,6 @@ log = logging.getLogger("rocketq.broker")
 DEFAULT_PORT = 10911
 
 __all__ = ["Broker", "BrokerConfig", "DEFAULT_PORT", "load_broker_conf"]
-
-
-class Stats:
-    """Counters for GET_BROKER_RUNTIME_INFO and admin tools."""
-
-    def __init__(self) -> None:
-        self.started = time.time()
-        self.put_total = 0
-        self.get_total = 0
-        self.put_by_topic: dict[str, int] = {}
-
-    def put(self, n: int, topic: str) -> None:
-        self.put_total += n
-        self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + n
-
-    def get(self, n: int) -> None:
-        self.get_total += n
 
 
 def _mq(broker_name: str, topic: str, queue_id: int) -> dict[str, Any]:
@@ -70,6 +54,7 @@ class Broker:
         self.config = config
         self.store_config = store_config
         self.config_dir = os.path.join(store_config.storePathRootDir, "config")
+        load_overrides(config, store_config)  # updateBrokerConfig changes of an earlier run
         self.server = RemotingServer(self.handle, "0.0.0.0" if config.brokerIP1 != "127.0.0.1"
                                      else "127.0.0.1", config.listenPort,
                                      on_close=self._connection_closed)
@@ -126,6 +111,7 @@ class Broker:
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self._consumed_by,
             RequestCode.GET_BROKER_CONFIG: self._broker_config,
         }
+        self._handlers.update(admin_handlers(self))  # UPDATE_BROKER_CONFIG; bad admin fields
 
     # ================================================================== lifecycle
     @property
@@ -149,7 +135,8 @@ class Broker:
                        self.loop.create_task(self._housekeeping()),
                        self.loop.create_task(self.schedule.run()),
                        self.loop.create_task(self.transactions.run()),
-                       self.loop.create_task(self.timer.run())]
+                       self.loop.create_task(self.timer.run()),
+                       self.loop.create_task(self.stats.run())]
         log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
                  self.config.brokerName, self.config.brokerClusterName, self.address,
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
@@ -208,7 +195,8 @@ class Broker:
                 "clusterName": cfg.brokerClusterName, "brokerId": cfg.brokerId}
 
     async def register_all(self) -> None:
-        body = orjson.dumps({"topicConfigSerializeWrapper": self.topics.register_body(),
+        body = orjson.dumps({"topicConfigSerializeWrapper": self.topics.register_body(
+                                 self.config.brokerPermission),
                              "filterServerList": []})
         header = {**self._register_header(), "haServerAddr": self.address,
                   "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
@@ -455,23 +443,24 @@ class Broker:
 
     # ================================================================== topics
     def _create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.field("topic") or ""
+        """UPDATE_AND_CREATE_TOPIC: every field is checked before anything changes, and the
+        table changes in memory only once it is saved."""
         try:
-            validate_topic(topic)
-            config = TopicConfig(topic, cmd.int_field("readQueueNums", 16),
-                                 cmd.int_field("writeQueueNums", 16),
-                                 cmd.int_field("perm", PERM_READ | PERM_WRITE),
-                                 cmd.field("topicFilterType") or "SINGLE_TAG",
-                                 cmd.int_field("topicSysFlag", 0), cmd.bool_field("order"))
-        except (IllegalTopicError, ProtocolError) as exc:
+            config = topic_config_from_request(cmd.ext_fields)
+        except TopicConfigError as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        topic = config.topic_name
         if topic == self.config.brokerClusterName or topic == self.config.brokerName:
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 remark=f"the topic[{topic}] is conflict with system topic")
-        if config.read_queue_nums <= 0 or config.write_queue_nums <= 0:
-            return cmd.response(ResponseCode.INVALID_PARAMETER,
-                                remark="queue numbers must be positive")
-        self.topics.update(config)
+        try:
+            self.topics.update(config)
+        except OSError as exc:
+            log.error("topic %s not changed: %s cannot be saved: %s", topic, self.topics.path,
+                      exc)
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"the topic config cannot be saved, nothing changed: "
+                                       f"{exc}")
         self.topics_changed()
         return cmd.response()
 
@@ -495,20 +484,8 @@ class Broker:
 
     # ================================================================== admin and stats
     def _runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        store = self.store
-        table = {
-            "brokerVersionDesc": f"rocketq {__version__}",
-            "brokerVersion": str(CURRENT_VERSION),
-            "msgPutTotalTodayNow": str(self.stats.put_total),
-            "msgGetTotalTodayNow": str(self.stats.get_total),
-            "commitLogMinOffset": str(store.commitlog.min_offset),
-            "commitLogMaxOffset": str(store.commitlog.max_offset),
-            "dispatchBehindBytes": str(store.commitlog.max_offset - store.reput_offset),
-            "commitLogDiskRatio": f"{store.disk_used_ratio() / 100:.4f}",
-            "bootTimestamp": str(int(self.stats.started * 1000)),
-            "brokerActive": "true",
-        }
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=orjson.dumps({"table": runtime_info(self)}))
 
     def _queue_ids(self, topic: str) -> list[int]:
         config = self.topics.get(topic)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..store.config import MessageStoreConfig, _convert, read_properties
@@ -101,3 +102,207 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     store_values.setdefault("maxMessageSize", broker.maxMessageSize)
     store = MessageStoreConfig.from_dict(store_values)
     return broker, store
+
+
+# ====================================================================== runtime changes
+#: Where the changes made with UPDATE_BROKER_CONFIG are kept, under ``storePathRootDir``. At
+#: start they are applied over the ``broker.conf`` values, so a change survives a restart.
+OVERRIDES_FILE = os.path.join("config", "broker.properties")
+
+_INT_MAX = (1 << 31) - 1
+
+#: The keys UPDATE_BROKER_CONFIG may change while the broker runs, with the range an integer's
+#: value must be in (None for a boolean or a string checked on its own). Each is read where it
+#: is used on every use, or taken up at once by the broker when it changes (brokerPermission,
+#: autoCreateTopicEnable, maxMessageSize, syncFlushTimeout). Every other key is read once, at
+#: start, and is refused. Times are in milliseconds unless said otherwise.
+RUNTIME_KEYS: dict[str, tuple[int, int] | None] = {
+    # BrokerConfig
+    "brokerPermission": (0, 7),  # PermName.isValid: 0 <= perm < PERM_PRIORITY (8)
+    "autoCreateTopicEnable": None,
+    # rocketq keeps no subscription-group table yet (every group is served as if created):
+    # the value is kept, shown and saved, for RocketMQ tools that set it.
+    "autoCreateSubscriptionGroup": None,
+    "enablePropertyFilter": None,
+    "longPollingEnable": None,
+    "shortPollingTimeMills": (1, _INT_MAX),
+    "flushConsumerOffsetInterval": (1, _INT_MAX),
+    "transactionTimeOut": (0, _INT_MAX),
+    "transactionCheckMax": (0, _INT_MAX),
+    "transactionCheckInterval": (1, _INT_MAX),
+    "registerNameServerPeriod": (1, _INT_MAX),
+    "registerBrokerTimeoutMills": (1, _INT_MAX),
+    "channelExpiredTimeout": (1, _INT_MAX),
+    "timerMaxDelaySec": (1, _INT_MAX),
+    # BrokerConfig and MessageStoreConfig
+    "maxMessageSize": (1, _INT_MAX),
+    # MessageStoreConfig
+    "flushIntervalCommitLog": (1, _INT_MAX),
+    "flushIntervalConsumeQueue": (1, _INT_MAX),
+    "syncFlushTimeout": (1, _INT_MAX),
+    "fileReservedTime": (1, _INT_MAX),  # hours
+    "deleteWhen": None,  # hours of the day, 0..23, ';'-separated
+    # RocketMQ's getter keeps diskMaxUsedSpaceRatio within 10..95; here a value outside it
+    # is refused instead of silently meaning another.
+    "diskMaxUsedSpaceRatio": (10, 95),
+    "diskSpaceCleanForciblyRatio": (10, 95),
+    "deleteFileBatchMax": (1, _INT_MAX),
+    "cleanResourceInterval": (1, _INT_MAX),
+    "maxTransferBytesOnMessageInMemory": (1, _INT_MAX),
+    "maxMsgsNumBatch": (1, _INT_MAX),
+}
+
+
+class ConfigUpdateError(ValueError):
+    """A broker config change that cannot be made. ``static`` says the keys exist but are
+    read only at start (answered NO_PERMISSION, as RocketMQ answers the keys of its
+    configBlackList)."""
+
+    def __init__(self, message: str, *, static: bool = False) -> None:
+        super().__init__(message)
+        self.static = static
+
+
+def _field_types() -> dict[str, str]:
+    types = {f.name: str(f.type) for f in dataclasses.fields(MessageStoreConfig)}
+    types.update({f.name: str(f.type) for f in dataclasses.fields(BrokerConfig)})
+    types.pop("unknown", None)
+    return types
+
+
+def check_settings(values: dict[str, str]) -> dict[str, Any]:
+    """Convert and check the ``key=value`` pairs of a config change, all of them before
+    anything changes. Returns the typed values; raises ConfigUpdateError naming every key
+    that is unknown, or else every key that cannot change while the broker runs, or else
+    the first value that does not convert or is out of range."""
+    types = _field_types()
+    unknown = sorted(k for k in values if k not in types)
+    if unknown:
+        raise ConfigUpdateError(f"unknown config key(s): {', '.join(unknown)}")
+    static = sorted(k for k in values if k not in RUNTIME_KEYS)
+    if static:
+        raise ConfigUpdateError(
+            f"config key(s) {', '.join(static)} cannot change while the broker runs; set "
+            "them in broker.conf and restart the broker", static=True)
+    checked: dict[str, Any] = {}
+    for key, raw in values.items():
+        try:
+            value = _convert(key, types[key], raw.strip())
+        except ValueError as exc:
+            raise ConfigUpdateError(f"bad value for {key}: {exc}") from None
+        bounds = RUNTIME_KEYS[key]
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise ConfigUpdateError(
+                f"bad value for {key}: {value} is outside {bounds[0]}..{bounds[1]}")
+        if key == "deleteWhen":
+            hours = [h.strip() for h in value.split(";")]
+            if not hours or not all(h.isdigit() and 0 <= int(h) <= 23 for h in hours):
+                raise ConfigUpdateError(
+                    f"bad value for deleteWhen: {value!r} is not hours of the day (0..23) "
+                    "separated by ';'")
+        checked[key] = value
+    return checked
+
+
+def apply_settings(config: BrokerConfig, store_config: MessageStoreConfig,
+                   values: dict[str, Any]) -> None:
+    """Set checked values on the live configs (a key both have, such as maxMessageSize, on
+    both)."""
+    for key, value in values.items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+        if hasattr(store_config, key):
+            setattr(store_config, key, value)
+
+
+def _render(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def overrides_path(store_config: MessageStoreConfig) -> str:
+    """``<storePathRootDir>/config/broker.properties``."""
+    return os.path.join(store_config.storePathRootDir, OVERRIDES_FILE)
+
+
+def save_overrides(path: str, values: dict[str, Any]) -> None:
+    """Add ``values`` to the saved changes (replacing a key saved before), atomically: a
+    failure raises OSError and leaves the file as it was."""
+    from .topics import _atomic_write  # topics imports this module
+
+    saved = parse_properties(Path(path).read_text(encoding="utf-8")) \
+        if os.path.exists(path) else {}
+    saved.update({k: _render(v) for k, v in values.items()})
+    text = "".join(f"{k}={v}\n" for k, v in sorted(saved.items()))
+    _atomic_write(path, ("# Changes made with updateBrokerConfig; applied over broker.conf "
+                         "at start.\n" + text).encode())
+
+
+def load_overrides(config: BrokerConfig, store_config: MessageStoreConfig) -> dict[str, Any]:
+    """Apply the saved changes of an earlier run over the ``broker.conf`` values; returns
+    them. A file with a key or value that would be refused today raises ValueError naming
+    the file, so that the broker does not start with settings nobody chose."""
+    path = overrides_path(store_config)
+    if not os.path.exists(path):
+        return {}
+    try:
+        values = check_settings(parse_properties(Path(path).read_text(encoding="utf-8")))
+    except ConfigUpdateError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    apply_settings(config, store_config, values)
+    return values
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Read Java properties text as ``java.util.Properties.load`` does (what RocketMQ's
+    MixAll.string2Properties uses for an UPDATE_BROKER_CONFIG body): ``#`` and ``!``
+    comments, ``=``, ``:`` or blanks between key and value, backslash escapes and line
+    continuations. A later line wins over an earlier one with the same key."""
+    values: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # Join continuation lines: an odd number of trailing backslashes continues.
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        key, pos = _unescape_until(line, 0, separators=True)
+        while pos < len(line) and line[pos] in " \t\f":
+            pos += 1
+        if pos < len(line) and line[pos] in "=:":
+            pos += 1
+            while pos < len(line) and line[pos] in " \t\f":
+                pos += 1
+        value, _ = _unescape_until(line, pos, separators=False)
+        values[key] = value
+    return values
+
+
+def _unescape_until(line: str, pos: int, *, separators: bool) -> tuple[str, int]:
+    out: list[str] = []
+    while pos < len(line):
+        ch = line[pos]
+        if separators and ch in "=: \t\f":
+            break
+        if ch == "\\" and pos + 1 < len(line):
+            nxt = line[pos + 1]
+            if nxt == "u" and pos + 6 <= len(line):
+                try:
+                    out.append(chr(int(line[pos + 2:pos + 6], 16)))
+                    pos += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            pos += 2
+            continue
+        if ch != "\\":
+            out.append(ch)
+        pos += 1
+    return "".join(out), pos

@@ -142,6 +142,7 @@ class PullProcessor:
                 remark="FOUND")
             response.body_parts = result.buffers
             return response
+        broker.stats.miss()
         if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
             code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
             next_offset = 0

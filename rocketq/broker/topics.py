@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..protocol.topic import (
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
+    IllegalTopicError,
     validate_topic,
 )
 from .config import PERM_INHERIT, PERM_READ, PERM_WRITE, BrokerConfig
@@ -51,6 +53,62 @@ class TopicConfig:
                    dict(data.get("attributes") or {}))
 
 
+#: The most read or write queues a topic may have. RocketMQ 4.9 bounds them only by Java's
+#: int; but each queue is a directory of ConsumeQueue files on the broker and a MessageQueue
+#: that every client of the topic balances, and a request for 10^9 of them is a mistake, not
+#: a plan. rocketq refuses more than this (its own bound, not RocketMQ's).
+MAX_QUEUE_NUMS = 65535
+TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+class TopicConfigError(ValueError):
+    """An UPDATE_AND_CREATE_TOPIC request with a field RocketMQ (or rocketq) would refuse;
+    the message names the field."""
+
+
+def topic_config_from_request(ext: Mapping[str, str]) -> TopicConfig:
+    """The TopicConfig an UPDATE_AND_CREATE_TOPIC request's fields describe, every field
+    checked before anything changes: a legal topic name, queue numbers within
+    1..MAX_QUEUE_NUMS, perm within 0..7 (RocketMQ's PermName.isValid), topicFilterType
+    SINGLE_TAG or MULTI_TAG (TopicFilterType), topicSysFlag a Java int and order a boolean.
+    Absent fields take RocketMQ's defaults. Raises TopicConfigError naming the field."""
+    topic = ext.get("topic") or ""
+    try:
+        validate_topic(topic)
+    except IllegalTopicError as exc:
+        raise TopicConfigError(f"the field topic is illegal: {exc}") from None
+
+    def integer(name: str, default: int, low: int, high: int) -> int:
+        raw = ext.get(name)
+        if raw is None or raw == "":
+            return default
+        raw = str(raw)
+        try:
+            value = int(raw)
+        except ValueError:
+            raise TopicConfigError(f"the field {name} is not an integer: {raw[:40]!r}") from None
+        if not low <= value <= high:
+            raise TopicConfigError(f"the field {name} must be within {low}..{high}, not "
+                                   f"{raw[:40]}")
+        return value
+
+    read = integer("readQueueNums", 16, 1, MAX_QUEUE_NUMS)
+    write = integer("writeQueueNums", 16, 1, MAX_QUEUE_NUMS)
+    perm = integer("perm", PERM_READ | PERM_WRITE, 0, 7)
+    sys_flag = integer("topicSysFlag", 0, _INT_MIN, _INT_MAX)
+    filter_type = str(ext.get("topicFilterType") or "SINGLE_TAG")
+    if filter_type not in TOPIC_FILTER_TYPES:
+        raise TopicConfigError(f"the field topicFilterType must be SINGLE_TAG or MULTI_TAG, "
+                               f"not {filter_type[:40]!r}")
+    order_raw = str(ext.get("order") or "false").strip().lower()
+    if order_raw not in ("true", "false", "1", "0"):
+        raise TopicConfigError(f"the field order must be true or false, not "
+                               f"{str(ext.get('order'))[:40]!r}")
+    return TopicConfig(topic, read, write, perm, filter_type, sys_flag,
+                       order_raw in ("true", "1"))
+
+
 class DataVersion:
     """RocketMQ's DataVersion: compared as a whole by the NameServer."""
 
@@ -62,6 +120,16 @@ class DataVersion:
     def next(self) -> None:
         self.counter += 1
         self.timestamp = int(time.time() * 1000)
+
+    def following(self) -> DataVersion:
+        """The version after this one, leaving this one as it is (so that a change can be
+        written to disk before it is made in memory)."""
+        return DataVersion(self.counter + 1, self.state_version)
+
+    def assign(self, other: DataVersion) -> None:
+        """Become ``other`` (in place: holders of this object see the new version)."""
+        self.counter, self.state_version, self.timestamp = (
+            other.counter, other.state_version, other.timestamp)
 
     def to_json(self) -> dict[str, int]:
         return {"counter": self.counter, "stateVersion": self.state_version,
@@ -100,52 +168,82 @@ class TopicConfigManager:
                   TopicConfig(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1),
                   TopicConfig(TIMER_TOPIC, 1, 1)]
         if cfg.autoCreateTopicEnable:
-            wanted.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, cfg.defaultTopicQueueNums,
-                                      cfg.defaultTopicQueueNums,
-                                      PERM_INHERIT | PERM_READ | PERM_WRITE))
+            wanted.append(self.auto_create_topic())
         base = PERM_INHERIT
         wanted.append(TopicConfig(cfg.brokerClusterName, 16, 16, base | (
             PERM_READ | PERM_WRITE if cfg.clusterTopicEnable else 0)))
         wanted.append(TopicConfig(cfg.brokerName, 1, 1, base | (
             PERM_READ | PERM_WRITE if cfg.brokerTopicEnable else 0)))
-        changed = False
         with self.lock:
-            for topic in wanted:
-                if topic.topic_name not in self.topics:
-                    self.topics[topic.topic_name] = topic
-                    changed = True
+            changes: dict[str, TopicConfig | None] = {
+                t.topic_name: t for t in wanted if t.topic_name not in self.topics}
             if not cfg.autoCreateTopicEnable and AUTO_CREATE_TOPIC_KEY in self.topics:
-                del self.topics[AUTO_CREATE_TOPIC_KEY]
-                changed = True
-            if changed:
-                self.data_version.next()
-                self.persist()
+                changes[AUTO_CREATE_TOPIC_KEY] = None
+            if changes:
+                self._change(changes)
+
+    def auto_create_topic(self) -> TopicConfig:
+        """TBW102 as this broker's settings make it: the topic whose route a client uses to
+        send to a topic nobody created, and whose queues and perm such a topic inherits."""
+        queues = self.config.defaultTopicQueueNums
+        return TopicConfig(AUTO_CREATE_TOPIC_KEY, queues, queues,
+                           PERM_INHERIT | PERM_READ | PERM_WRITE)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
 
     def persist(self) -> None:
         with self.lock:
-            data = orjson.dumps({
-                "topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
-                "dataVersion": self.data_version.to_json()}, option=orjson.OPT_INDENT_2)
-        _atomic_write(self.path, data)
+            _atomic_write(self.path, self._encode(self.topics, self.data_version))
+
+    @staticmethod
+    def _encode(table: dict[str, TopicConfig], version: DataVersion) -> bytes:
+        return orjson.dumps({
+            "topicConfigTable": {n: t.to_json() for n, t in sorted(table.items())},
+            "dataVersion": version.to_json()}, option=orjson.OPT_INDENT_2)
+
+    def _change(self, changes: dict[str, TopicConfig | None]) -> None:
+        """Write the table with ``changes`` (a topic's new config, or None to remove it) and
+        the next DataVersion to disk, and only then make them in memory: when the write fails
+        (a full disk, a config file that cannot be replaced) it raises, and memory and disk
+        both keep the old table. Call with the lock held."""
+        table = dict(self.topics)
+        for name, topic in changes.items():
+            if topic is None:
+                table.pop(name, None)
+            else:
+                table[name] = topic
+        version = self.data_version.following()
+        _atomic_write(self.path, self._encode(table, version))
+        for name, topic in changes.items():
+            if topic is None:
+                self.topics.pop(name, None)
+            else:
+                self.topics[name] = topic
+        self.data_version.assign(version)
 
     def update(self, topic: TopicConfig) -> None:
-        """Create or change a topic (UPDATE_AND_CREATE_TOPIC)."""
+        """Create or change a topic (UPDATE_AND_CREATE_TOPIC). Raises OSError, leaving the
+        table as it was, when the new table cannot be saved."""
         validate_topic(topic.topic_name)
         with self.lock:
-            self.topics[topic.topic_name] = topic
-            self.data_version.next()
-            self.persist()
+            self._change({topic.topic_name: topic})
 
     def delete(self, topic: str) -> bool:
+        """Remove a topic; False if there is none of that name."""
         with self.lock:
-            if self.topics.pop(topic, None) is None:
+            if topic not in self.topics:
                 return False
-            self.data_version.next()
-            self.persist()
+            self._change({topic: None})
             return True
+
+    def next_version(self) -> None:
+        """Advance the DataVersion without changing a topic, so that the NameServers re-read
+        the table at the next registration (the broker's permission changed, which the
+        registration applies to every topic). Only in memory, as RocketMQ does: the table on
+        disk is the same, and a restarted broker registers anew anyway."""
+        with self.lock:
+            self.data_version.next()
 
     def create_in_send(self, topic: str, default_topic: str, queue_nums: int
                        ) -> TopicConfig | None:
@@ -162,9 +260,7 @@ class TopicConfigManager:
                 return None
             queues = max(1, min(queue_nums, default.write_queue_nums))
             created = TopicConfig(topic, queues, queues, default.perm & ~PERM_INHERIT)
-            self.topics[topic] = created
-            self.data_version.next()
-            self.persist()
+            self._change({topic: created})
             return created
 
     def create_system(self, topic: str, queues: int = 1, perm: int = PERM_READ | PERM_WRITE
@@ -175,16 +271,22 @@ class TopicConfigManager:
             if existing is not None:
                 return existing
             created = TopicConfig(topic, queues, queues, perm)
-            self.topics[topic] = created
-            self.data_version.next()
-            self.persist()
+            self._change({topic: created})
             return created
 
-    def register_body(self) -> dict[str, Any]:
-        """The ``topicConfigSerializeWrapper`` of a REGISTER_BROKER body."""
+    def register_body(self, broker_permission: int | None = None) -> dict[str, Any]:
+        """The ``topicConfigSerializeWrapper`` of a REGISTER_BROKER body. A
+        ``broker_permission`` that lacks read or write replaces every topic's perm, as
+        RocketMQ's registerBrokerAll does, so that clients stop sending to (or pulling from)
+        a broker taken out of service."""
         with self.lock:
-            return {"topicConfigTable": {n: t.to_json() for n, t in self.topics.items()},
-                    "dataVersion": self.data_version.to_json()}
+            table = {n: t.to_json() for n, t in self.topics.items()}
+            version = self.data_version.to_json()
+        if broker_permission is not None and (
+                not broker_permission & PERM_READ or not broker_permission & PERM_WRITE):
+            for data in table.values():
+                data["perm"] = broker_permission
+        return {"topicConfigTable": table, "dataVersion": version}
 
 
 def _atomic_write(path: str, data: bytes) -> None:

@@ -151,9 +151,9 @@ class TransactionService:
 
     # ------------------------------------------------------------------ checking
     async def run(self) -> None:
-        interval = self.broker.config.transactionCheckInterval / 1000
         while not self.broker._stopping:
-            await asyncio.sleep(interval)
+            # Read on each round: UPDATE_BROKER_CONFIG may change it while the broker runs.
+            await asyncio.sleep(self.broker.config.transactionCheckInterval / 1000)
             try:
                 await self.check_once()
             except Exception:

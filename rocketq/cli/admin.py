@@ -92,6 +92,7 @@ def add_admin_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=0,
                    help="stop after this many idle seconds (0: never)")
     p.set_defaults(func=tail)
+    _add_broker_config_parser(groups)
 
 
 def _print(data: Any) -> None:
@@ -382,3 +383,111 @@ async def tail(args: argparse.Namespace) -> int:
     finally:
         await consumer.shutdown()
     return 0
+
+
+# ====================================================================== broker config
+def _add_broker_config_parser(groups: Any) -> None:
+    broker = groups.add_parser("broker", help="brokers").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    config = broker.add_parser(
+        "config", help="show or change a broker's settings (mqadmin getBrokerConfig, "
+                       "updateBrokerConfig)",
+        description="Show the settings of brokers, or change the ones that may change while a "
+                    "broker runs (flushConsumerOffsetInterval, brokerPermission, "
+                    "autoCreateTopicEnable, fileReservedTime, deleteWhen, ...). A broker "
+                    "checks every key=value first and changes nothing if one is refused; what "
+                    "it accepts is saved in <storePathRootDir>/config/broker.properties and "
+                    "applied over broker.conf at its next start.").add_subparsers(
+        dest="config_action", required=True, metavar="ACTION")
+    for name, func, text in (("get", broker_config_get, "print every setting, key=value"),
+                             ("update", broker_config_update, "change settings")):
+        p = config.add_parser(name, help=text)
+        target = p.add_mutually_exclusive_group(required=True)
+        target.add_argument("--broker", action="append", metavar="ADDR",
+                            help="a broker's address, host:port (may be repeated)")
+        target.add_argument("--cluster", metavar="NAME",
+                            help="every broker of this cluster, masters and slaves, as the "
+                                 "NameServer (--namesrv) knows them")
+        if name == "update":
+            p.add_argument("settings", nargs="+", metavar="KEY=VALUE",
+                           help="e.g. flushConsumerOffsetInterval=6000")
+        p.set_defaults(func=func)
+
+
+async def _config_targets(args: argparse.Namespace, instance: ClientInstance) -> list[str]:
+    """The brokers named with --broker, or those of --cluster (every id, as mqadmin's
+    CommandUtil.fetchMasterAndSlaveAddrByClusterName gives them)."""
+    if args.broker:
+        return list(args.broker)
+    info = await _cluster_info(instance)
+    names = (info.get("clusterAddrTable") or {}).get(args.cluster)
+    if not names:
+        raise ClientError(f"the NameServer knows no cluster {args.cluster!r}")
+    addrs = []
+    for name in sorted(names):
+        data = (info.get("brokerAddrTable") or {}).get(name) or {}
+        addrs += [addr for _, addr in sorted((int(k), v) for k, v in
+                                             (data.get("brokerAddrs") or {}).items())]
+    return addrs
+
+
+async def broker_config_get(args: argparse.Namespace) -> int:
+    async def body(instance: ClientInstance) -> int:
+        try:
+            addrs = await _config_targets(args, instance)
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        failed = 0
+        for addr in addrs:
+            try:
+                r = await instance.remoting.invoke(addr, RemotingCommand.request(
+                    RequestCode.GET_BROKER_CONFIG), 5)
+            except Exception as exc:  # one broker down does not hide the others
+                print(f"{addr}: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            if r.code != ResponseCode.SUCCESS:
+                print(f"{addr}: {r.remark}", file=sys.stderr)
+                failed += 1
+                continue
+            if args.cluster or len(addrs) > 1:
+                print(f"# {addr}")  # a comment line to properties readers
+            sys.stdout.write(r.body.decode("utf-8", "replace"))
+        return 1 if failed else 0
+    return await _run(args, body)
+
+
+async def broker_config_update(args: argparse.Namespace) -> int:
+    settings = []
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"{item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        settings.append((key.strip(), value.strip()))
+    # Java properties text, as mqadmin sends it.
+    text = "".join(f"{key}={value}\n" for key, value in settings).encode()
+
+    async def body(instance: ClientInstance) -> int:
+        try:
+            addrs = await _config_targets(args, instance)
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        failed = 0
+        for addr in addrs:
+            try:
+                r = await instance.remoting.invoke(addr, RemotingCommand.request(
+                    RequestCode.UPDATE_BROKER_CONFIG, body=text), 5)
+            except Exception as exc:  # one broker down does not stop the others
+                print(f"{addr}: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            if r.code != ResponseCode.SUCCESS:
+                print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
+                failed += 1
+                continue
+            print(f"{addr}: " + ", ".join(f"{k}={v}" for k, v in settings))
+        return 1 if failed else 0
+    return await _run(args, body)

@@ -340,6 +340,14 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def reload_config(self) -> None:
+        """Take up the settings that are kept elsewhere once read (maxMessageSize,
+        syncFlushTimeout) after ``config`` changed while the store runs; the others that
+        may change (flush intervals, retention) are read from ``config`` on each use."""
+        self.commitlog._max_body = self.config.maxMessageSize
+        if self._group_commit is not None:
+            self._group_commit.timeout = self.config.syncFlushTimeout / 1000
+
     # ================================================================== writing
     def put_messages(self, messages: Sequence[StoreMessage] | BatchMessage) -> list[PutResult]:
         """Append messages, or a batch's elements (one call, consecutive records) and, with

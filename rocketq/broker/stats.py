@@ -1,0 +1,232 @@
+"""A broker's counters, sampled every second, and the GET_BROKER_RUNTIME_INFO table built from
+them (RocketMQ's StoreStatsService, BrokerStats and AdminBrokerProcessor.prepareRuntimeInfo).
+
+mqadmin reads the table: ``clusterList`` takes the first of the three numbers of ``putTps`` and
+``getTransferedTps`` (over 10 s, 1 min and 10 min), the send and pull queue sizes and head wait
+times, ``pageCacheLockTimeMills``, ``earliestMessageTimeStamp`` and ``commitLogDiskRatio``;
+``clusterList -m`` subtracts the ``msgPutTotal*``/``msgGetTotal*`` counters of the mornings;
+``brokerStatus`` prints every key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple
+
+from .. import __version__
+from ..protocol.codes import CURRENT_VERSION
+from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
+from ..protocol.topic import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from . import Broker
+
+#: Seconds between samples, and how many are kept: enough for the 10-minute window.
+SAMPLE_INTERVAL = 1.0
+MAX_SAMPLES = 10 * 60 + 1
+#: The windows of putTps, getTransferedTps and the other rates, in seconds.
+TPS_WINDOWS = (10, 60, 600)
+
+
+class Sample(NamedTuple):
+    """The counters at one moment (``at``: ``time.monotonic()``)."""
+
+    at: float
+    put: int
+    transferred: int
+    found: int
+    miss: int
+
+
+class Stats:
+    """Counters of a broker (what its processors count as they go) and their samples over
+    time, from which the rates of the runtime info are computed."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        #: Messages stored for producers.
+        self.put_total = 0
+        #: Messages handed to consumers, and pulls that found messages or none.
+        self.get_total = 0
+        self.get_found = 0
+        self.get_miss = 0
+        self.put_by_topic: dict[str, int] = {}
+        #: The counters at the last midnight (local time) and the one before, as
+        #: BrokerStats.record keeps them; 0 until the broker has seen a midnight.
+        self.put_today_morning = self.put_yesterday_morning = 0
+        self.get_today_morning = self.get_yesterday_morning = 0
+        #: How late the sampler's last timer ran, in seconds: how long work that is ready
+        #: waits for the event loop (every request is served on it).
+        self.loop_lag = 0.0
+        self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
+        self._day = time.localtime(self.started)[:3]
+        self.sample()
+
+    def put(self, n: int, topic: str) -> None:
+        """``n`` messages of ``topic`` were stored for a producer."""
+        self.put_total += n
+        self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + n
+
+    def get(self, n: int) -> None:
+        """A pull found ``n`` messages."""
+        self.get_total += n
+        self.get_found += 1
+
+    def miss(self) -> None:
+        """A pull found no message."""
+        self.get_miss += 1
+
+    def now(self) -> Sample:
+        """The counters as they are."""
+        return Sample(time.monotonic(), self.put_total, self.get_total, self.get_found,
+                      self.get_miss)
+
+    def sample(self, wall: float | None = None) -> None:
+        """Record the counters; at the first sample of a new day, move the morning counters
+        (BrokerStats.record runs at each midnight)."""
+        self.samples.append(self.now())
+        day = time.localtime(time.time() if wall is None else wall)[:3]
+        if day != self._day:
+            self._day = day
+            self.put_yesterday_morning = self.put_today_morning
+            self.get_yesterday_morning = self.get_today_morning
+            self.put_today_morning = self.put_total
+            self.get_today_morning = self.get_total
+
+    def rate(self, field: str, window: float) -> float:
+        """Per second over the last ``window`` seconds, up to now: from the oldest sample
+        within the window (the oldest there is, for a broker younger than the window)."""
+        current = self.now()
+        base = self.samples[-1]
+        for sample in self.samples:
+            if current.at - sample.at <= window + SAMPLE_INTERVAL / 2:
+                base = sample
+                break
+        elapsed = current.at - base.at
+        if elapsed <= 0:
+            return 0.0
+        return (getattr(current, field) - getattr(base, field)) / elapsed
+
+    def rates(self, field: str) -> str:
+        """RocketMQ's form: the rates over 10 s, 1 min and 10 min, separated by spaces."""
+        return " ".join(repr(self.rate(field, w)) for w in TPS_WINDOWS)
+
+    async def run(self) -> None:
+        """Sample every second until cancelled, measuring the event loop's lag as it goes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + SAMPLE_INTERVAL
+            await asyncio.sleep(SAMPLE_INTERVAL)
+            self.loop_lag = max(0.0, loop.time() - due)
+            self.sample()
+
+
+def human_bytes(n: int) -> str:
+    """MixAll.humanReadableByteCount(n, false): ``512 B``, ``1.5 KiB``, ``3.0 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    exp = 0
+    value = float(n)
+    while value >= 1024 and exp < 6:
+        value /= 1024
+        exp += 1
+    return f"{value:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def _disk_ratio(path: str) -> float:
+    """UtilAll.getDiskPartitionSpaceUsedPercent: used / total of the partition, -1 when the
+    path does not exist."""
+    if not os.path.exists(path):
+        return -1.0
+    usage = shutil.disk_usage(path)
+    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+
+
+def earliest_message_time(broker: Broker) -> int:
+    """Store time of the oldest message in the CommitLog, -1 when it holds none
+    (DefaultMessageStore.getEarliestMessageTime)."""
+    commitlog = broker.store.commitlog
+    if commitlog.max_offset <= commitlog.min_offset:
+        return -1
+    view = commitlog.view(commitlog.min_offset + STORE_TIMESTAMP_POS, STORE_TIMESTAMP.size)
+    if view is None:
+        return -1
+    try:
+        return STORE_TIMESTAMP.unpack(view)[0]
+    finally:
+        view.release()
+
+
+def _runtime(seconds: float) -> str:
+    seconds = int(seconds)
+    return (f"[ {seconds // 86400} days, {seconds % 86400 // 3600} hours, "
+            f"{seconds % 3600 // 60} minutes, {seconds % 60} seconds ]")
+
+
+def runtime_info(broker: Broker) -> dict[str, str]:
+    """The GET_BROKER_RUNTIME_INFO table: RocketMQ's keys, each value in the form RocketMQ
+    writes it. Keys of things rocketq does not have (thread pool capacities, the transient
+    store pool, put latency histograms) are left out rather than filled with made-up
+    values."""
+    stats = broker.stats
+    store = broker.store
+    commitlog = store.commitlog
+    cfg = store.config
+    lag_ms = str(int(stats.loop_lag * 1000))
+    table = {
+        "brokerVersionDesc": f"rocketq {__version__}",
+        "brokerVersion": str(CURRENT_VERSION),
+        "bootTimestamp": str(int(stats.started * 1000)),
+        "runtime": _runtime(time.time() - stats.started),
+        "brokerActive": "true",
+        # Messages put and handed out: now, and at the last two midnights.
+        "putMessageTimesTotal": str(stats.put_total),
+        "msgPutTotalTodayNow": str(stats.put_total),
+        "msgPutTotalTodayMorning": str(stats.put_today_morning),
+        "msgPutTotalYesterdayMorning": str(stats.put_yesterday_morning),
+        "msgGetTotalTodayNow": str(stats.get_total),
+        "msgGetTotalTodayMorning": str(stats.get_today_morning),
+        "msgGetTotalYesterdayMorning": str(stats.get_yesterday_morning),
+        "putTps": stats.rates("put"),
+        "getTransferedTps": stats.rates("transferred"),
+        "getFoundTps": stats.rates("found"),
+        "getMissTps": stats.rates("miss"),
+        "getTotalTps": " ".join(repr(stats.rate("found", w) + stats.rate("miss", w))
+                                for w in TPS_WINDOWS),
+        # rocketq serves requests on one event loop, not on send and pull thread pools. The
+        # sends waiting are those read and queued to be appended together at the end of the
+        # loop iteration; the pulls waiting are those held (long polling) until a message
+        # arrives or they time out. The head of either queue waits as long as the event loop
+        # is late to run what is ready, which the sampler measures every second.
+        "sendThreadPoolQueueSize": str(len(broker.send._queued)),
+        "pullThreadPoolQueueSize": str(sum(len(w) for w in broker.pull.waiting.values())),
+        "sendThreadPoolQueueHeadWaitTimeMills": lag_ms,
+        "pullThreadPoolQueueHeadWaitTimeMills": lag_ms,
+        # How long the CommitLog put under way has held its lock. Puts run on the event loop
+        # that is answering this request, so none is under way now: 0 is the true value.
+        "pageCacheLockTimeMills": "0",
+        "earliestMessageTimeStamp": str(earliest_message_time(broker)),
+        "commitLogMinOffset": str(commitlog.min_offset),
+        "commitLogMaxOffset": str(commitlog.max_offset),
+        "dispatchBehindBytes": str(commitlog.max_offset - store.reput_offset),
+        "remainHowManyDataToFlush": human_bytes(
+            max(0, commitlog.max_offset - commitlog.files.flushed_offset)),
+        "commitLogDiskRatio": repr(store.disk_used_ratio() / 100),
+        f"commitLogDiskRatio_{cfg.storePathCommitLog}": repr(_disk_ratio(
+            cfg.storePathCommitLog)),
+        "consumeQueueDiskRatio": repr(_disk_ratio(cfg.store_path_consume_queue)),
+    }
+    root = cfg.storePathRootDir
+    if os.path.exists(root):
+        usage = shutil.disk_usage(root)
+        table["commitLogDirCapacity"] = (f"Total : {human_bytes(usage.total)}, Free : "
+                                         f"{human_bytes(usage.free)}.")
+    # ScheduleMessageService.buildRunningStats: delivered offset and max offset per level.
+    for level, offset in sorted(broker.schedule.offsets.items()):
+        table[f"scheduleMessageOffset_{level}"] = (
+            f"{offset},{store.get_max_offset(SCHEDULE_TOPIC, level - 1)}")
+    return table
