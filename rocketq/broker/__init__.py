@@ -23,6 +23,7 @@ from ..store import MessageStore, MessageStoreConfig, StoreMessage
 from .admin_requests import admin_handlers
 from .clients import ClientManager, ConsumerGroup
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, load_broker_conf, load_overrides
+from .consumer_calls import consumer_call_handlers
 from .delay import ScheduleService, to_schedule
 from .offsets import ConsumerOffsetManager
 from .pull import PullProcessor
@@ -112,6 +113,7 @@ class Broker:
             RequestCode.GET_BROKER_CONFIG: self._broker_config,
         }
         self._handlers.update(admin_handlers(self))  # UPDATE_BROKER_CONFIG; bad admin fields
+        self._handlers.update(consumer_call_handlers(self))  # reset offset; calls to consumers
 
     # ================================================================== lifecycle
     @property

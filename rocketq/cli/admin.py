@@ -93,6 +93,7 @@ def add_admin_parser(sub: Any) -> None:
                    help="stop after this many idle seconds (0: never)")
     p.set_defaults(func=tail)
     _add_broker_config_parser(groups)
+    _add_offset_parser(groups)
 
 
 def _print(data: Any) -> None:
@@ -490,4 +491,80 @@ async def broker_config_update(args: argparse.Namespace) -> int:
                 continue
             print(f"{addr}: " + ", ".join(f"{k}={v}" for k, v in settings))
         return 1 if failed else 0
+    return await _run(args, body)
+
+
+# ---------------------------------------------------------------------------- offset reset
+
+
+def _add_offset_parser(groups: Any) -> None:
+    offset = groups.add_parser("offset", help="consumer group offsets").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    p = offset.add_parser("reset", help="move a group's offsets in a topic to a point in time "
+                                        "(online members consume from there at once)")
+    p.add_argument("group")
+    p.add_argument("topic")
+    p.add_argument("--time", required=True, type=reset_time, metavar="WHEN",
+                   help="ms since the epoch, an ISO 8601 date-time (local time unless it "
+                        "names its zone), or 'now' (the end of each queue)")
+    p.add_argument("--no-force", dest="force", action="store_false",
+                   help="only move offsets back: a queue whose committed offset is before the "
+                        "time keeps it")
+    p.set_defaults(func=offset_reset)
+
+
+def reset_time(text: str) -> int:
+    """The ``--time`` of ``offset reset`` as the broker takes it: ms since the epoch, or -1
+    for "now" (each queue's end). Also reads mqadmin's ``yyyy-MM-dd#HH:mm:ss:SSS``."""
+    import datetime
+
+    value = text.strip()
+    if value.lower() == "now":
+        return -1
+    if value.isdigit():
+        return int(value)
+    for parse in (datetime.datetime.fromisoformat,
+                  lambda v: datetime.datetime.strptime(v, "%Y-%m-%d#%H:%M:%S:%f")):
+        try:
+            when = parse(value)
+        except ValueError:
+            continue
+        return int(when.timestamp() * 1000)  # a naive date-time is local time
+    raise argparse.ArgumentTypeError(
+        f"not a time: {text!r} (give ms since the epoch, an ISO 8601 date-time such as "
+        "2024-05-01T12:00:00, or now)")
+
+
+async def offset_reset(args: argparse.Namespace) -> int:
+    """INVOKE_BROKER_TO_RESET_OFFSET on every master broker of the topic; prints each
+    queue's new offset."""
+    from ..client.consumer_calls import parse_reset_offset_body
+
+    async def body(instance: ClientInstance) -> int:
+        route = await instance.fetch_route(args.topic)
+        if route is None:
+            print(f"no route for topic {args.topic}", file=sys.stderr)
+            return 1
+        header = {"topic": args.topic, "group": args.group, "timestamp": args.time,
+                  "isForce": args.force}
+        rows = []
+        failed = 0
+        for name, addrs in sorted(route.broker_addrs.items()):
+            if 0 not in addrs:
+                continue
+            r = await instance.remoting.invoke(addrs[0], RemotingCommand.request(
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header))
+            if r.code != ResponseCode.SUCCESS:
+                print(f"{name} ({addrs[0]}): {r.remark} (code {r.code})", file=sys.stderr)
+                failed += 1
+                continue
+            rows.extend(parse_reset_offset_body(r.body).items())
+        if rows:
+            when = "the end of each queue" if args.time == -1 else f"{args.time} ms"
+            print(f"group {args.group} in {args.topic} reset to {when}"
+                  f"{'' if args.force else ' (only moving back)'}")
+            print(f"{'broker':<16} {'queue':>5} {'offset':>14}")
+            for mq, offset in sorted(rows):
+                print(f"{mq.broker_name:<16} {mq.queue_id:>5} {offset:>14}")
+        return 1 if failed or not rows else 0
     return await _run(args, body)

@@ -19,6 +19,7 @@ from ..protocol.filter import Subscription
 from ..protocol.topic import retry_topic
 from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
+from .consumer_calls import serve_consumer_calls, stop_consumer_calls
 from .errors import ClientError
 from .instance import ClientInstance
 from .message import MessageQueue, MessageSelector
@@ -92,6 +93,10 @@ class GroupConsumer:
         self._rebalance_now: asyncio.Event | None = None
         #: False in assign mode: the caller picks the queues, no rebalancing.
         self.rebalancing = True
+        #: When start() ran, in ms (ConsumerRunningInfo's PROP_CONSUMER_START_TIMESTAMP).
+        self.start_timestamp = 0
+        #: Held while the owned queues change (rebalance, assignment, an offset reset).
+        self._queues_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -131,6 +136,8 @@ class GroupConsumer:
 
         instance.heartbeat_data = heartbeat
         instance.on_request[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_notify
+        self.start_timestamp = int(time.time() * 1000)
+        serve_consumer_calls(instance, self)
         await self.offset_store.load()
         await instance.start()
         for topic in self._all_subscriptions():
@@ -154,6 +161,7 @@ class GroupConsumer:
         self._tasks = []
 
     async def _leave_group(self) -> None:
+        stop_consumer_calls(self.instance, self)
         await self.offset_store.persist(list(self.owned))
         await self.instance.unregister(None, self.group)
         await self.instance.stop()
@@ -211,6 +219,10 @@ class GroupConsumer:
         return None
 
     async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
+        async with self._queues_lock:
+            await self._update_queues_locked(topic, mine)
+
+    async def _update_queues_locked(self, topic: str, mine: set[MessageQueue]) -> None:
         for mq in [q for q in self.owned if q.topic == topic and q not in mine]:
             state = self.owned[mq]
             self._queue_removed(mq)
@@ -231,6 +243,11 @@ class GroupConsumer:
             self.offset_store.update(mq, offset)
             self.owned[mq] = self._queue_added(mq, offset)
             log.info("group %s took %s from offset %d", self.group, mq, offset)
+
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Consume the owned queues of ``topic`` in ``offsets`` from there
+        (RESET_CONSUMER_CLIENT_OFFSET, after an admin reset the group's offsets)."""
+        raise NotImplementedError
 
     async def _may_take(self, mq: MessageQueue) -> bool:
         """Whether this member may start on ``mq`` now (orderly consumers lock it first)."""

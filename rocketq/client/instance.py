@@ -90,6 +90,9 @@ class ClientInstance:
                                             Awaitable[RemotingCommand | None] |
                                             RemotingCommand | None]] = {}
         self.topics: set[str] = set()
+        #: Consumer group -> the started consumer of that group (MQClientInstance's
+        #: consumerTable): requests brokers make of consumers name their group.
+        self.consumers: dict[str, Any] = {}
         self.started = False
         #: Correlation id -> the request waiting for that reply.
         self.replies: dict[str, asyncio.Future[Any]] = {}

@@ -232,6 +232,19 @@ class AsyncPullConsumer(GroupConsumer):
             state.task.cancel()
             state.task = asyncio.get_running_loop().create_task(self._pull_loop(state))
 
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Seek the owned queues of ``topic`` in ``offsets`` there and commit the positions
+        (RESET_CONSUMER_CLIENT_OFFSET, after an admin reset the group's offsets); messages
+        fetched but not polled yet are dropped."""
+        async with self._queues_lock:
+            moved = [mq for mq in sorted(offsets)
+                     if mq.topic == topic and mq in self.owned and self.running]
+            for mq in moved:
+                self.seek(mq, offsets[mq])
+                log.info("group %s polls %s from offset %d after a reset", self.group, mq,
+                         offsets[mq])
+            await self.offset_store.persist(moved)
+
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         self.seek(mq, await self._offset_query(RequestCode.GET_MIN_OFFSET, mq))
 

@@ -65,7 +65,9 @@ class ProcessQueue:
         #: Orderly consumption: whether the broker lock is held, and the one consume task.
         self.locked = False
         self.consume_task: asyncio.Task[None] | None = None
-        self.last_pull = time.monotonic()
+        #: Wall-clock ms of the last pull answer and of the last consumed batch (running info).
+        self.last_pull_timestamp = 0
+        self.last_consume_timestamp = 0
 
     def put(self, messages: Sequence[ReceivedMessage]) -> None:
         for m in messages:
@@ -77,6 +79,7 @@ class ProcessQueue:
 
     def remove(self, messages: Sequence[ReceivedMessage]) -> int:
         """Forget consumed messages; return the offset that can now be committed."""
+        self.last_consume_timestamp = int(time.time() * 1000)
         for m in messages:
             if self.messages.pop(m.queue_offset, None) is not None:
                 self.cached_bytes -= len(m.body)
@@ -191,6 +194,34 @@ class AsyncPushConsumer(GroupConsumer):
         if pq.task is not None:
             pq.task.cancel()
 
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Consume the owned queues of ``topic`` in ``offsets`` from there, as RocketMQ's
+        MQClientInstance.resetOffset does: each queue's ProcessQueue is dropped with the
+        messages it holds (a listener still busy with one of them has its result ignored),
+        the new offsets go to the offset store and are committed, and a new ProcessQueue
+        pulls from the new offset."""
+        async with self._queues_lock:
+            dropped = []
+            for mq, offset in sorted(offsets.items()):
+                pq = self.owned.get(mq)
+                if mq.topic != topic or pq is None or pq.dropped or not self.running:
+                    continue
+                pq.dropped = True
+                if pq.task is not None:
+                    pq.task.cancel()
+                dropped.append((mq, pq, offset))
+            for mq, pq, offset in dropped:
+                if pq.consume_task is not None and not pq.consume_task.done():
+                    # Orderly: the queue's messages stay in order across the reset.
+                    await asyncio.wait([pq.consume_task], timeout=10)
+                self.offset_store.update(mq, offset)
+                fresh = self._queue_added(mq, offset)
+                fresh.locked = pq.locked
+                self.owned[mq] = fresh
+                log.info("group %s consumes %s from offset %d after a reset", self.group, mq,
+                         offset)
+            await self.offset_store.persist([mq for mq, _, _ in dropped])
+
     # ------------------------------------------------------------------ orderly
     def _locking(self) -> bool:
         return self.orderly and self.model == "clustering"
@@ -283,6 +314,7 @@ class AsyncPushConsumer(GroupConsumer):
                 continue
             if pq.dropped:
                 return
+            pq.last_pull_timestamp = int(time.time() * 1000)
             code = response.code
             ext = response.ext_fields
             if code == ResponseCode.SUCCESS:
