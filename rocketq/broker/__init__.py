@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import time
 import zlib
 from typing import Any
@@ -29,6 +30,7 @@ from .offsets import ConsumerOffsetManager
 from .pull import PullProcessor
 from .send import SendProcessor
 from .stats import Stats, runtime_info
+from .subscription_groups import SubscriptionGroupTable, subscription_group_handlers
 from .timer import TimerService
 from .topics import TopicConfigError, TopicConfigManager, topic_config_from_request
 from .transaction import TransactionService
@@ -63,6 +65,7 @@ class Broker:
         self.store: MessageStore | None = None  # type: ignore[assignment]
         self.topics = TopicConfigManager(config, self.config_dir)
         self.offsets = ConsumerOffsetManager(self.config_dir)
+        self.subscription_groups = SubscriptionGroupTable(config, self.config_dir)
         self.clients = ClientManager(self._notify_consumers)
         self.stats = Stats()
         self.send = SendProcessor(self)
@@ -114,6 +117,7 @@ class Broker:
         }
         self._handlers.update(admin_handlers(self))  # UPDATE_BROKER_CONFIG; bad admin fields
         self._handlers.update(consumer_call_handlers(self))  # reset offset; calls to consumers
+        self._handlers.update(subscription_group_handlers(self))  # 200, 201, 207
 
     # ================================================================== lifecycle
     @property
@@ -250,8 +254,14 @@ class Broker:
         groups = self.clients.heartbeat(conn, data, cmd.language, cmd.version)
         created = False
         for group in groups:
+            # The group's retry topic has the queues its subscription group says (none: no
+            # retries), as ClientManageProcessor.heartBeat creates it.
+            cfg = self.subscription_groups.find_or_create(group)
+            if cfg is None or cfg.retry_queue_nums <= 0:
+                continue
             if self.topics.get(retry_topic(group)) is None:
-                self.topics.create_system(retry_topic(group), 1, PERM_READ | PERM_WRITE)
+                self.topics.create_system(retry_topic(group), cfg.retry_queue_nums,
+                                          PERM_READ | PERM_WRITE)
                 created = True
         if created:
             self.topics_changed()
@@ -278,12 +288,21 @@ class Broker:
         if not group:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 remark="the group is missing")
+        cfg = self.subscription_groups.find_or_create(group)
+        if cfg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                remark=f"subscription group not exist, {group}")
+        if cfg.retry_queue_nums <= 0:
+            return cmd.response()  # the group takes no retries: RocketMQ drops the message
         retry = retry_topic(group)
-        if self.topics.get(retry) is None:
-            self.topics.create_system(retry, 1, PERM_READ | PERM_WRITE)
+        retry_config = self.topics.get(retry)
+        if retry_config is None:
+            retry_config = self.topics.create_system(retry, cfg.retry_queue_nums,
+                                                     PERM_READ | PERM_WRITE)
             self.topics_changed()
         delay_level = cmd.int_field("delayLevel", 0)
-        max_times = cmd.int_field("maxReconsumeTimes", 16)
+        # The group's retryMaxTimes, unless the consumer says otherwise (clients since 3.4.9).
+        max_times = cmd.int_field("maxReconsumeTimes", cfg.max_reconsume_times)
         times = record.reconsume_times
         props = dict(record.properties)
         props.setdefault(Property.RETRY_TOPIC, record.topic)
@@ -297,8 +316,9 @@ class Broker:
             encoded = encode_properties(props)
         else:
             level = delay_level if delay_level > 0 else 3 + times
-            topic, queue_id, encoded = to_schedule(retry, 0, encode_properties(props),
-                                                   level, levels)
+            topic, queue_id, encoded = to_schedule(
+                retry, random.randrange(max(1, retry_config.write_queue_nums)),
+                encode_properties(props), level, levels)
         message = StoreMessage.from_record(
             record, topic, queue_id, encoded.encode(),
             reconsume_times=times + 1)

@@ -54,6 +54,13 @@ class ConsumerOffsetManager:
                 del self.offsets[key]
                 self._dirty = True
 
+    def remove_group(self, group: str) -> None:
+        """Forget every offset of ``group`` (a deleted subscription group's removeOffset)."""
+        with self.lock:
+            for key in [k for k in self.offsets if k.split("@", 1)[1] == group]:
+                del self.offsets[key]
+                self._dirty = True
+
     def persist(self, force: bool = False) -> None:
         with self.lock:
             if not self._dirty and not force:

@@ -83,6 +83,19 @@ class PullProcessor:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{broker.config.brokerName}] pulling "
                                        "message is forbidden")
+        group_config = broker.subscription_groups.find_or_create(group)
+        if group_config is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                remark=f"subscription group [{group}] does not exist")
+        if not group_config.consume_enable:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"subscription group no permission, {group}")
+        if not group_config.consume_broadcast_enable:
+            members = broker.clients.consumers.get(group)
+            if members is not None and members.message_model == "BROADCASTING":
+                return cmd.response(ResponseCode.NO_PERMISSION,
+                                    remark=f"the consumer group[{group}] can not consume by "
+                                           "broadcast way")
         topic_config = broker.topics.get(topic)
         if topic_config is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,

@@ -195,7 +195,9 @@ class SendProcessor:
                                    born_port=born_port, reconsume_times=reconsume)
         else:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                max_times = _int(ext, names.max_reconsume, 16)
+                group = broker.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                max_times = _int(ext, names.max_reconsume,
+                                 16 if group is None else group.max_reconsume_times)
                 if reconsume >= max_times:
                     # Retried too often: the message goes to the group's dead-letter queue.
                     topic = broker.dead_letter_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])

@@ -94,6 +94,7 @@ def add_admin_parser(sub: Any) -> None:
     p.set_defaults(func=tail)
     _add_broker_config_parser(groups)
     _add_offset_parser(groups)
+    _add_group_parser(groups)
 
 
 def _print(data: Any) -> None:
@@ -567,4 +568,154 @@ async def offset_reset(args: argparse.Namespace) -> int:
             for mq, offset in sorted(rows):
                 print(f"{mq.broker_name:<16} {mq.queue_id:>5} {offset:>14}")
         return 1 if failed or not rows else 0
+    return await _run(args, body)
+
+
+# ---------------------------------------------------------------------------- subscription groups
+#: Option -> SubscriptionGroupConfig JSON name (mqadmin updateSubGroup's -r, -q, -s, ...).
+_GROUP_OPTIONS = {
+    "retry_max_times": "retryMaxTimes", "retry_queues": "retryQueueNums",
+    "consume_enable": "consumeEnable", "broadcast_enable": "consumeBroadcastEnable",
+    "consume_from_min_enable": "consumeFromMinEnable", "broker_id": "brokerId",
+    "slow_broker_id": "whichBrokerWhenConsumeSlowly",
+    "notify_enable": "notifyConsumerIdsChangedEnable",
+}
+
+
+def _add_group_parser(groups: Any) -> None:
+    group = groups.add_parser(
+        "group", help="subscription groups (mqadmin updateSubGroup, deleteSubGroup)",
+        description="A consumer group's settings on its brokers: whether it may consume, "
+                    "how often a failed message is retried before it goes to the group's "
+                    "dead-letter queue, and how many queues its retry topic has. Brokers "
+                    "create a group with the defaults when its first consumer appears "
+                    "(autoCreateSubscriptionGroup=true).").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    for name, func, text in (
+            ("create", group_create, "create a group, or replace its settings; options left "
+                                     "out take RocketMQ's defaults"),
+            ("update", group_update, "change the given settings of a group, keep the rest"),
+            ("delete", group_delete, "delete a group"),
+            ("list", group_list, "print every group's settings")):
+        p = group.add_parser(name, help=text, description=text)
+        if name != "list":
+            p.add_argument("group")
+        target = p.add_mutually_exclusive_group()
+        target.add_argument("--broker", action="append", metavar="ADDR",
+                            help="a broker's address, host:port (may be repeated); default: "
+                                 "every master broker")
+        target.add_argument("--cluster", metavar="NAME", help="every broker of this cluster")
+        if name in ("create", "update"):
+            p.add_argument("--retry-max-times", type=int, metavar="N",
+                           help="attempts before the DLQ (default 16)")
+            p.add_argument("--retry-queues", type=int, metavar="N",
+                           help="queues of the retry topic, 0 for no retries (default 1)")
+            p.add_argument("--consume-enable", action=argparse.BooleanOptionalAction,
+                           help="may the group consume (default yes)")
+            p.add_argument("--broadcast-enable", action=argparse.BooleanOptionalAction,
+                           help="may it consume in broadcasting mode (default yes)")
+            p.add_argument("--consume-from-min-enable", action=argparse.BooleanOptionalAction,
+                           help="default yes")
+            p.add_argument("--notify-enable", action=argparse.BooleanOptionalAction,
+                           help="tell members when the group changes (default yes)")
+            p.add_argument("--broker-id", type=int, metavar="ID",
+                           help="the broker id to consume from (default 0, the master)")
+            p.add_argument("--slow-broker-id", type=int, metavar="ID",
+                           help="the broker id when consumption is slow (default 1)")
+        if name == "delete":
+            p.add_argument("--remove-offset", action="store_true",
+                           help="also forget the group's committed offsets")
+        p.set_defaults(func=func)
+
+
+async def _group_targets(args: argparse.Namespace, instance: ClientInstance) -> list[str]:
+    if args.broker or args.cluster:
+        return await _config_targets(args, instance)
+    return sorted(set((await _masters(args, instance)).values()))
+
+
+async def _group_tables(instance: ClientInstance, addrs: list[str]
+                        ) -> dict[str, dict[str, Any]]:
+    """Each broker's subscription groups (201)."""
+    tables = {}
+    for addr in addrs:
+        r = await instance.remoting.invoke(addr, RemotingCommand.request(
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(f"{addr}: {r.remark}")
+        tables[addr] = orjson.loads(r.body).get("subscriptionGroupTable") or {}
+    return tables
+
+
+def _group_fields(args: argparse.Namespace) -> dict[str, Any]:
+    return {json_name: getattr(args, option) for option, json_name in _GROUP_OPTIONS.items()
+            if getattr(args, option) is not None}
+
+
+async def _send_group(args: argparse.Namespace, replace: bool) -> int:
+    async def body(instance: ClientInstance) -> int:
+        try:
+            addrs = await _group_targets(args, instance)
+            current = {} if replace else await _group_tables(instance, addrs)
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        failed = 0
+        for addr in addrs:
+            config = {**current.get(addr, {}).get(args.group, {}), **_group_fields(args),
+                      "groupName": args.group}
+            r = await instance.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(config)))
+            if r.code != ResponseCode.SUCCESS:
+                print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
+                failed += 1
+            else:
+                print(f"{addr}: {'created' if replace else 'updated'} {args.group}")
+        return 1 if failed or not addrs else 0
+    return await _run(args, body)
+
+
+async def group_create(args: argparse.Namespace) -> int:
+    return await _send_group(args, replace=True)
+
+
+async def group_update(args: argparse.Namespace) -> int:
+    return await _send_group(args, replace=False)
+
+
+async def group_delete(args: argparse.Namespace) -> int:
+    async def body(instance: ClientInstance) -> int:
+        try:
+            addrs = await _group_targets(args, instance)
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        failed = 0
+        for addr in addrs:
+            r = await instance.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                {"groupName": args.group, "removeOffset": args.remove_offset}))
+            if r.code != ResponseCode.SUCCESS:
+                print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
+                failed += 1
+            else:
+                print(f"{addr}: deleted {args.group}")
+        return 1 if failed else 0
+    return await _run(args, body)
+
+
+async def group_list(args: argparse.Namespace) -> int:
+    async def body(instance: ClientInstance) -> int:
+        try:
+            tables = await _group_tables(instance, await _group_targets(args, instance))
+        except ClientError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"{'broker':<22} {'group':<32} consume broadcast retries retryQueues")
+        for addr, table in sorted(tables.items()):
+            for name, cfg in sorted(table.items()):
+                print(f"{addr:<22} {name:<32} {str(cfg.get('consumeEnable')).lower():<7} "
+                      f"{str(cfg.get('consumeBroadcastEnable')).lower():<9} "
+                      f"{cfg.get('retryMaxTimes'):<7} {cfg.get('retryQueueNums')}")
+        return 0
     return await _run(args, body)

@@ -1,0 +1,278 @@
+"""Subscription groups of a broker (RocketMQ's SubscriptionGroupManager): per consumer group,
+whether it may consume, how its retries go, and which broker serves it. Persisted as
+``config/subscriptionGroup.json`` in RocketMQ's shape, with a DataVersion.
+
+A group is created with RocketMQ's defaults the first time a consumer of it heartbeats or pulls,
+unless ``autoCreateSubscriptionGroup`` is false; ``updateSubGroup`` (200) creates or changes one,
+201 lists them, 207 deletes one. Every field of a request is checked before anything changes,
+and the table changes in memory only once its new state is on disk.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..remoting import Connection
+from .config import BrokerConfig
+from .topics import DataVersion, _atomic_write
+
+if TYPE_CHECKING:
+    from . import Broker
+
+GROUP_MAX_LENGTH = 255
+_LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_INT_MAX = (1 << 31) - 1
+_LONG_MAX = (1 << 63) - 1
+#: The most queues a retry topic may have: the bound rocketq puts on any topic's queues.
+MAX_RETRY_QUEUES = 65535
+
+#: Groups RocketMQ's SubscriptionGroupManager creates at start (tools, the ONS HTTP proxy).
+SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                 "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                 "CID_ONSAPI_OWNER", "CID_SYS_RMQ_TRANS")
+
+
+class GroupConfigError(ValueError):
+    """A subscription group config that RocketMQ's rules refuse; the message names the field."""
+
+
+@dataclass(frozen=True)
+class SubscriptionGroupConfig:
+    """One group's settings, with RocketMQ's defaults (SubscriptionGroupConfig)."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    #: Attempts before a message goes to the group's DLQ (-1: RocketMQ's "use the default").
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {_JSON_NAMES[k]: v for k, v in asdict(self).items()}
+
+    @property
+    def max_reconsume_times(self) -> int:
+        return 16 if self.retry_max_times < 0 else self.retry_max_times
+
+
+#: Field -> RocketMQ's JSON name, and the bounds of the integer fields.
+_JSON_NAMES = {
+    "group_name": "groupName", "consume_enable": "consumeEnable",
+    "consume_from_min_enable": "consumeFromMinEnable",
+    "consume_broadcast_enable": "consumeBroadcastEnable", "retry_queue_nums": "retryQueueNums",
+    "retry_max_times": "retryMaxTimes", "broker_id": "brokerId",
+    "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+    "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+}
+_INT_BOUNDS = {"retryQueueNums": (0, MAX_RETRY_QUEUES), "retryMaxTimes": (-1, _INT_MAX),
+               "brokerId": (0, _LONG_MAX), "whichBrokerWhenConsumeSlowly": (0, _LONG_MAX)}
+
+
+def validate_group(name: Any) -> str:
+    """The group name, if RocketMQ accepts it (the rules of topic names, 255 characters)."""
+    if not isinstance(name, str) or not name.strip():
+        raise GroupConfigError("groupName is empty")
+    if len(name) > GROUP_MAX_LENGTH:
+        raise GroupConfigError(
+            f"groupName is {len(name)} characters long; the limit is {GROUP_MAX_LENGTH}")
+    if not _LEGAL.match(name):
+        raise GroupConfigError(f"groupName {name[:60]!r} contains illegal characters; allowed "
+                               "are letters, digits, '%', '|', '_' and '-'")
+    return name
+
+
+def group_config_from_json(data: Any, base: SubscriptionGroupConfig | None = None
+                           ) -> SubscriptionGroupConfig:
+    """A config from SubscriptionGroupConfig JSON (an updateSubGroup body), every field checked:
+    booleans must be JSON booleans, integers JSON integers within their Java type and
+    RocketMQ's meaning. Fields left out keep ``base``'s values, or the defaults. Fields rocketq
+    does not know (5.x's groupRetryPolicy, attributes, ...) are ignored."""
+    if not isinstance(data, Mapping):
+        raise GroupConfigError("the body is not a SubscriptionGroupConfig JSON object")
+    name = validate_group(data.get("groupName", base.group_name if base else None))
+    values: dict[str, Any] = {"group_name": name}
+    for field_name, json_name in _JSON_NAMES.items():
+        if field_name == "group_name" or json_name not in data:
+            continue
+        value = data[json_name]
+        if json_name in _INT_BOUNDS:
+            low, high = _INT_BOUNDS[json_name]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise GroupConfigError(f"{json_name} is not an integer: {str(value)[:40]!r}")
+            if not low <= value <= high:
+                raise GroupConfigError(
+                    f"{json_name} is {str(value)[:40]}; it must be within {low}..{high}")
+        elif not isinstance(value, bool):
+            raise GroupConfigError(f"{json_name} is not a boolean: {str(value)[:40]!r}")
+        values[field_name] = value
+    if base is not None:
+        return SubscriptionGroupConfig(**{**asdict(base), **values})
+    return SubscriptionGroupConfig(**values)
+
+
+class SubscriptionGroupTable:
+    """The subscription groups of a broker, saved before they change."""
+
+    def __init__(self, config: BrokerConfig, config_dir: str) -> None:
+        self.config = config
+        self.path = os.path.join(config_dir, "subscriptionGroup.json")
+        self.lock = threading.RLock()
+        self.groups: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion()
+        self._load()
+        missing = {g: SubscriptionGroupConfig(g) for g in SYSTEM_GROUPS if g not in self.groups}
+        if missing:
+            with self.lock:
+                self._change(missing)
+
+    def _load(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb") as fh:
+            data = orjson.loads(fh.read())
+        for name, cfg in (data.get("subscriptionGroupTable") or {}).items():
+            try:
+                self.groups[name] = group_config_from_json(cfg)
+            except GroupConfigError as exc:
+                raise GroupConfigError(f"{self.path}: group {name!r}: {exc}") from None
+        version = data.get("dataVersion") or {}
+        self.data_version = DataVersion(int(version.get("counter", 0)),
+                                        int(version.get("stateVersion", 0)),
+                                        int(version.get("timestamp", 0)))
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self.groups.get(group)
+
+    def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config; created with the defaults when the broker allows it
+        (``autoCreateSubscriptionGroup``), else None. RocketMQ's findSubscriptionGroupConfig.
+        A group whose name is illegal, or whose creation cannot be saved, is not created."""
+        cfg = self.groups.get(group)
+        if cfg is not None or not self.config.autoCreateSubscriptionGroup:
+            return cfg
+        try:
+            cfg = SubscriptionGroupConfig(validate_group(group))
+        except GroupConfigError:
+            return None
+        with self.lock:
+            existing = self.groups.get(group)
+            if existing is not None:
+                return existing
+            try:
+                self._change({group: cfg})
+            except OSError:
+                return None
+        return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        """Create or change a group. Raises OSError, leaving the table as it was, when the new
+        table cannot be saved."""
+        with self.lock:
+            self._change({cfg.group_name: cfg})
+
+    def delete(self, group: str) -> bool:
+        with self.lock:
+            if group not in self.groups:
+                return False
+            self._change({group: None})
+            return True
+
+    def wrapper(self) -> dict[str, Any]:
+        """SubscriptionGroupWrapper: the table and its DataVersion (what 201 answers)."""
+        with self.lock:
+            return {"subscriptionGroupTable": {n: g.to_json() for n, g in self.groups.items()},
+                    "dataVersion": self.data_version.to_json()}
+
+    def _change(self, changes: dict[str, SubscriptionGroupConfig | None]) -> None:
+        """Save the table with ``changes`` (None removes a group) and the next DataVersion,
+        then make them in memory; a failed save raises and changes nothing."""
+        table = dict(self.groups)
+        for name, cfg in changes.items():
+            if cfg is None:
+                table.pop(name, None)
+            else:
+                table[name] = cfg
+        version = self.data_version.following()
+        _atomic_write(self.path, orjson.dumps({
+            "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(table.items())},
+            "dataVersion": version.to_json()}, option=orjson.OPT_INDENT_2))
+        self.groups = table
+        self.data_version.assign(version)
+
+
+# --------------------------------------------------------------------------- requests
+
+Handler = Callable[[Connection, RemotingCommand], RemotingCommand]
+
+
+def subscription_group_handlers(broker: Broker) -> dict[int, Handler]:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and
+    DELETE_SUBSCRIPTIONGROUP (207) over the broker's table (and its offsets, for 207's
+    ``removeOffset``)."""
+    table = broker.subscription_groups
+    return {
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: functools.partial(_update, table),
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: functools.partial(_get_all, table),
+        RequestCode.DELETE_SUBSCRIPTIONGROUP: functools.partial(_delete, table, broker.offsets),
+    }
+
+
+def _update(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingCommand
+            ) -> RemotingCommand:
+    try:
+        data = orjson.loads(cmd.body) if cmd.body else None
+    except orjson.JSONDecodeError:
+        try:  # orjson refuses integers beyond 64 bits; the check below names their field
+            data = json.loads(cmd.body)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark=f"the body is not SubscriptionGroupConfig JSON: {exc}")
+    try:
+        cfg = group_config_from_json(data)
+    except GroupConfigError as exc:
+        return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+    try:
+        table.update(cfg)
+    except OSError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"the subscription groups cannot be saved, nothing changed: "
+                                   f"{exc}")
+    return cmd.response()
+
+
+def _get_all(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingCommand
+             ) -> RemotingCommand:
+    return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(table.wrapper()))
+
+
+def _delete(table: SubscriptionGroupTable, offsets: Any, conn: Connection,
+            cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.field("groupName") or ""
+    if not group:
+        return cmd.response(ResponseCode.INVALID_PARAMETER,
+                            remark="the request lacks the field 'groupName'")
+    try:
+        table.delete(group)
+    except OSError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"the subscription groups cannot be saved, nothing changed: "
+                                   f"{exc}")
+    if cmd.bool_field("removeOffset"):
+        offsets.remove_group(group)
+        offsets.persist(force=True)
+    return cmd.response()
