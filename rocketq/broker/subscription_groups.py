@@ -246,8 +246,14 @@ def _update(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingComman
         cfg = group_config_from_json(data)
     except GroupConfigError as exc:
         return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+    return _saved(cmd, table.update, cfg)
+
+
+def _saved(cmd: RemotingCommand, change: Callable[[Any], Any], arg: Any) -> RemotingCommand:
+    """Answer a change of the table: SUCCESS, or SYSTEM_ERROR when it could not be saved (and
+    so was not made)."""
     try:
-        table.update(cfg)
+        change(arg)
     except OSError as exc:
         return cmd.response(ResponseCode.SYSTEM_ERROR,
                             remark=f"the subscription groups cannot be saved, nothing changed: "
@@ -266,13 +272,8 @@ def _delete(table: SubscriptionGroupTable, offsets: Any, conn: Connection,
     if not group:
         return cmd.response(ResponseCode.INVALID_PARAMETER,
                             remark="the request lacks the field 'groupName'")
-    try:
-        table.delete(group)
-    except OSError as exc:
-        return cmd.response(ResponseCode.SYSTEM_ERROR,
-                            remark=f"the subscription groups cannot be saved, nothing changed: "
-                                   f"{exc}")
-    if cmd.bool_field("removeOffset"):
+    answer = _saved(cmd, table.delete, group)
+    if answer.code == ResponseCode.SUCCESS and cmd.bool_field("removeOffset"):
         offsets.remove_group(group)
         offsets.persist(force=True)
-    return cmd.response()
+    return answer

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -433,6 +434,28 @@ async def _config_targets(args: argparse.Namespace, instance: ClientInstance) ->
     return addrs
 
 
+async def _ask_each(instance: ClientInstance, addrs: list[str],
+                    request: Callable[[], RemotingCommand],
+                    done: Callable[[str, RemotingCommand], None]) -> int:
+    """Send a request to each broker and hand each success to ``done``; refusals and brokers
+    that cannot be reached are reported on standard error, and one does not stop the others.
+    Returns how many failed."""
+    failed = 0
+    for addr in addrs:
+        try:
+            r = await instance.remoting.invoke(addr, request(), 5)
+        except Exception as exc:
+            print(f"{addr}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        if r.code != ResponseCode.SUCCESS:
+            print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
+            failed += 1
+            continue
+        done(addr, r)
+    return failed
+
+
 async def broker_config_get(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         try:
@@ -440,22 +463,14 @@ async def broker_config_get(args: argparse.Namespace) -> int:
         except ClientError as exc:
             print(exc, file=sys.stderr)
             return 1
-        failed = 0
-        for addr in addrs:
-            try:
-                r = await instance.remoting.invoke(addr, RemotingCommand.request(
-                    RequestCode.GET_BROKER_CONFIG), 5)
-            except Exception as exc:  # one broker down does not hide the others
-                print(f"{addr}: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            if r.code != ResponseCode.SUCCESS:
-                print(f"{addr}: {r.remark}", file=sys.stderr)
-                failed += 1
-                continue
+
+        def show(addr: str, r: RemotingCommand) -> None:
             if args.cluster or len(addrs) > 1:
                 print(f"# {addr}")  # a comment line to properties readers
             sys.stdout.write(r.body.decode("utf-8", "replace"))
+
+        failed = await _ask_each(instance, addrs, lambda: RemotingCommand.request(
+            RequestCode.GET_BROKER_CONFIG), show)
         return 1 if failed else 0
     return await _run(args, body)
 
@@ -477,20 +492,10 @@ async def broker_config_update(args: argparse.Namespace) -> int:
         except ClientError as exc:
             print(exc, file=sys.stderr)
             return 1
-        failed = 0
-        for addr in addrs:
-            try:
-                r = await instance.remoting.invoke(addr, RemotingCommand.request(
-                    RequestCode.UPDATE_BROKER_CONFIG, body=text), 5)
-            except Exception as exc:  # one broker down does not stop the others
-                print(f"{addr}: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            if r.code != ResponseCode.SUCCESS:
-                print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
-                failed += 1
-                continue
-            print(f"{addr}: " + ", ".join(f"{k}={v}" for k, v in settings))
+        failed = await _ask_each(
+            instance, addrs, lambda: RemotingCommand.request(
+                RequestCode.UPDATE_BROKER_CONFIG, body=text),
+            lambda addr, _: print(f"{addr}: " + ", ".join(f"{k}={v}" for k, v in settings)))
         return 1 if failed else 0
     return await _run(args, body)
 
@@ -664,13 +669,11 @@ async def _send_group(args: argparse.Namespace, replace: bool) -> int:
         for addr in addrs:
             config = {**current.get(addr, {}).get(args.group, {}), **_group_fields(args),
                       "groupName": args.group}
-            r = await instance.remoting.invoke(addr, RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(config)))
-            if r.code != ResponseCode.SUCCESS:
-                print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
-                failed += 1
-            else:
-                print(f"{addr}: {'created' if replace else 'updated'} {args.group}")
+            failed += await _ask_each(
+                instance, [addr], lambda config=config: RemotingCommand.request(
+                    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(config)),
+                lambda addr, _: print(f"{addr}: {'created' if replace else 'updated'} "
+                                      f"{args.group}"))
         return 1 if failed or not addrs else 0
     return await _run(args, body)
 
@@ -690,16 +693,11 @@ async def group_delete(args: argparse.Namespace) -> int:
         except ClientError as exc:
             print(exc, file=sys.stderr)
             return 1
-        failed = 0
-        for addr in addrs:
-            r = await instance.remoting.invoke(addr, RemotingCommand.request(
+        failed = await _ask_each(
+            instance, addrs, lambda: RemotingCommand.request(
                 RequestCode.DELETE_SUBSCRIPTIONGROUP,
-                {"groupName": args.group, "removeOffset": args.remove_offset}))
-            if r.code != ResponseCode.SUCCESS:
-                print(f"{addr}: refused ({r.code}): {r.remark}", file=sys.stderr)
-                failed += 1
-            else:
-                print(f"{addr}: deleted {args.group}")
+                {"groupName": args.group, "removeOffset": args.remove_offset}),
+            lambda addr, _: print(f"{addr}: deleted {args.group}"))
         return 1 if failed else 0
     return await _run(args, body)
 
