@@ -66,7 +66,7 @@ class Broker:
         self.topics = TopicConfigManager(config, self.config_dir)
         self.offsets = ConsumerOffsetManager(self.config_dir)
         self.subscription_groups = SubscriptionGroupTable(config, self.config_dir)
-        self.clients = ClientManager(self._notify_consumers)
+        self.clients = ClientManager(self._notify_consumers, self.subscription_groups.notifies)
         self.stats = Stats()
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)

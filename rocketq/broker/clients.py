@@ -78,10 +78,15 @@ class ConsumerGroup:
 class ClientManager:
     """Producer and consumer groups, by client id and connection."""
 
-    def __init__(self, notify: Callable[[ConsumerGroup], None]) -> None:
+    def __init__(self, notify: Callable[[ConsumerGroup], None],
+                 notifies: Callable[[str], bool] = lambda group: True) -> None:
         self.consumers: dict[str, ConsumerGroup] = {}
         self.producers: dict[str, dict[str, ClientChannel]] = {}
         self.notify = notify
+        #: Whether a group's members hear of a member that heartbeats in or unregisters (its
+        #: notifyConsumerIdsChangedEnable); a closed or expired connection is always told, as
+        #: RocketMQ's ConsumerManager does.
+        self.notifies = notifies
 
     def heartbeat(self, conn: Connection, data: dict[str, Any], language: str,
                   version: int) -> list[str]:
@@ -120,7 +125,8 @@ class ClientManager:
             group.channels[client_id] = channel
             if new_member:
                 log.info("consumer %s joined group %s", client_id, name)
-                self.notify(group)
+                if self.notifies(name):
+                    self.notify(group)
         return groups
 
     def unregister(self, client_id: str, producer_group: str | None,
@@ -131,7 +137,8 @@ class ClientManager:
             group = self.consumers.get(consumer_group)
             if group is not None and group.channels.pop(client_id, None) is not None:
                 log.info("consumer %s left group %s", client_id, consumer_group)
-                self._after_leave(group)
+                if self.notifies(consumer_group):
+                    self._after_leave(group)
 
     def connection_closed(self, conn: Connection) -> None:
         for members in self.producers.values():

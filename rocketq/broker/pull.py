@@ -90,12 +90,6 @@ class PullProcessor:
         if not group_config.consume_enable:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"subscription group no permission, {group}")
-        if not group_config.consume_broadcast_enable:
-            members = broker.clients.consumers.get(group)
-            if members is not None and members.message_model == "BROADCASTING":
-                return cmd.response(ResponseCode.NO_PERMISSION,
-                                    remark=f"the consumer group[{group}] can not consume by "
-                                           "broadcast way")
         topic_config = broker.topics.get(topic)
         if topic_config is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
@@ -118,6 +112,15 @@ class PullProcessor:
                 if len(self._subscriptions) < 10_000:
                     self._subscriptions[key] = sub
         else:
+            # Only a pull that relies on the heartbeat's subscription is checked against the
+            # group's message model (PullMessageProcessor): one that carries its own
+            # subscription is not.
+            members = broker.clients.consumers.get(group)
+            if (not group_config.consume_broadcast_enable and members is not None
+                    and members.message_model == "BROADCASTING"):
+                return cmd.response(ResponseCode.NO_PERMISSION,
+                                    remark=f"the consumer group[{group}] can not consume by "
+                                           "broadcast way")
             sub = broker.clients.subscription(group, topic)
             if sub is None:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,

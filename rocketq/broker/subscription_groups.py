@@ -25,7 +25,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..remoting import Connection
 from .config import BrokerConfig
-from .topics import DataVersion, _atomic_write
+from .topics import MAX_QUEUE_NUMS, DataVersion, _atomic_write
 
 if TYPE_CHECKING:
     from . import Broker
@@ -35,7 +35,10 @@ _LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _INT_MAX = (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
 #: The most queues a retry topic may have: the bound rocketq puts on any topic's queues.
-MAX_RETRY_QUEUES = 65535
+MAX_RETRY_QUEUES = MAX_QUEUE_NUMS
+#: Groups with this prefix are created on first use even when autoCreateSubscriptionGroup is
+#: false (RocketMQ's MixAll.isSysConsumerGroup).
+SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 
 #: Groups RocketMQ's SubscriptionGroupManager creates at start (tools, the ONS HTTP proxy).
 SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
@@ -56,7 +59,7 @@ class SubscriptionGroupConfig:
     consume_from_min_enable: bool = True
     consume_broadcast_enable: bool = True
     retry_queue_nums: int = 1
-    #: Attempts before a message goes to the group's DLQ (-1: RocketMQ's "use the default").
+    #: Attempts before a message goes to the group's DLQ, when the consumer does not say.
     retry_max_times: int = 16
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
@@ -67,7 +70,11 @@ class SubscriptionGroupConfig:
 
     @property
     def max_reconsume_times(self) -> int:
-        return 16 if self.retry_max_times < 0 else self.retry_max_times
+        """The reconsume count from which a send-back, or a send to the group's retry topic,
+        goes to the DLQ when the request carries no maxReconsumeTimes: retryMaxTimes as it is.
+        RocketMQ's broker compares it unchanged, so 0 and -1 both send the first failure to the
+        DLQ; -1 means "16" only to a consumer's own maxReconsumeTimes, never to the broker."""
+        return self.retry_max_times
 
 
 #: Field -> RocketMQ's JSON name, and the bounds of the integer fields.
@@ -90,7 +97,7 @@ def validate_group(name: Any) -> str:
     if len(name) > GROUP_MAX_LENGTH:
         raise GroupConfigError(
             f"groupName is {len(name)} characters long; the limit is {GROUP_MAX_LENGTH}")
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):  # fullmatch: '$' alone would let a final newline pass
         raise GroupConfigError(f"groupName {name[:60]!r} contains illegal characters; allowed "
                                "are letters, digits, '%', '|', '_' and '-'")
     return name
@@ -160,10 +167,12 @@ class SubscriptionGroupTable:
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; created with the defaults when the broker allows it
-        (``autoCreateSubscriptionGroup``), else None. RocketMQ's findSubscriptionGroupConfig.
-        A group whose name is illegal, or whose creation cannot be saved, is not created."""
+        (``autoCreateSubscriptionGroup``, or a ``CID_RMQ_SYS_`` group), else None. RocketMQ's
+        findSubscriptionGroupConfig. A group whose name is illegal, or whose creation cannot
+        be saved, is not created."""
         cfg = self.groups.get(group)
-        if cfg is not None or not self.config.autoCreateSubscriptionGroup:
+        if cfg is not None or not (self.config.autoCreateSubscriptionGroup
+                                   or group.startswith(SYS_GROUP_PREFIX)):
             return cfg
         try:
             cfg = SubscriptionGroupConfig(validate_group(group))
@@ -178,6 +187,12 @@ class SubscriptionGroupTable:
             except OSError:
                 return None
         return cfg
+
+    def notifies(self, group: str) -> bool:
+        """Whether the members of ``group`` are told when a consumer joins or leaves it
+        (notifyConsumerIdsChangedEnable; true for a group not in the table, as in RocketMQ)."""
+        cfg = self.groups.get(group)
+        return cfg is None or cfg.notify_consumer_ids_changed_enable
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
         """Create or change a group. Raises OSError, leaving the table as it was, when the new

@@ -34,7 +34,7 @@ def validate_topic(topic: str) -> None:
     if len(topic) > limit:
         raise IllegalTopicError(
             f"the topic name is {len(topic)} characters long; the limit is {limit}")
-    if not _LEGAL.match(topic):
+    if not _LEGAL.fullmatch(topic):  # not match: '$' would let a final newline pass
         raise IllegalTopicError(
             f"the topic name {topic!r} contains illegal characters; "
             "allowed are letters, digits, '%', '|', '_' and '-'")

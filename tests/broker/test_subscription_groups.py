@@ -51,6 +51,7 @@ BAD = [
     ({"groupName": "G", "notifyConsumerIdsChangedEnable": None},
      "notifyConsumerIdsChangedEnable"),
     ({"groupName": "bad group!"}, "groupName"),
+    ({"groupName": "G\n"}, "groupName"),
     ({"groupName": ""}, "groupName"),
     ({"groupName": "g" * 256}, "groupName"),
     ({"retryMaxTimes": 3}, "groupName"),
@@ -149,6 +150,11 @@ def test_consume_enable_and_auto_creation(cluster):
             answer = await ask(peer, pull("Pulled", queue, 0, group="Unknown"))
             assert answer.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, answer.remark
             assert "Unknown" not in broker.subscription_groups.groups
+            # A CID_RMQ_SYS_ group is created all the same (MixAll.isSysConsumerGroup).
+            answer = await ask(peer, pull("Pulled", queue, 0, group="CID_RMQ_SYS_Probe"))
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert "CID_RMQ_SYS_Probe" in orjson.loads(table_file(broker))[
+                "subscriptionGroupTable"]
             assert (await ask(peer, update_group(groupName="Unknown"))).code == 0
             assert (await ask(peer, pull("Pulled", queue, 0, group="Unknown"))).code == 0
             assert (await ask(peer, update_group(groupName="Unknown",
@@ -162,9 +168,10 @@ def test_consume_enable_and_auto_creation(cluster):
     run_async(main())
 
 
-def heartbeat(group: str, model: str = "CLUSTERING") -> RemotingCommand:
+def heartbeat(group: str, model: str = "CLUSTERING", client_id: str = "") -> RemotingCommand:
     return RemotingCommand.request(RC.HEART_BEAT, body=orjson.dumps({
-        "clientID": f"192.0.2.7@{group}", "producerDataSet": [], "consumerDataSet": [{
+        "clientID": client_id or f"192.0.2.7@{group}", "producerDataSet": [],
+        "consumerDataSet": [{
             "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": model,
             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
             "subscriptionDataSet": [{"topic": "Pulled", "subString": "*", "subVersion": 1}]}]}))
@@ -190,16 +197,28 @@ def test_broadcast_enable_and_retry_queue_nums(cluster):
             answer = await ask(peer, pull("Pulled", 0, 0, sysflag=0, group="Bcast"))
             assert answer.code == ResponseCode.NO_PERMISSION
             assert "broadcast" in answer.remark
+            # A pull that carries its own subscription is not checked, as in RocketMQ.
+            answer = await ask(peer, pull("Pulled", 0, 0, group="Bcast"))
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
         finally:
             await peer.close()
 
     run_async(main())
 
 
-@pytest.mark.parametrize("retry_max_times", [1, None])
-def test_retry_max_times_sends_to_the_dlq(cluster, retry_max_times):
-    """With retryMaxTimes 1 the second failure goes to the DLQ; with the default (16) it is
-    retried again. The send-back leaves maxReconsumeTimes out, so the group's value counts."""
+@pytest.mark.parametrize(("retry_max_times", "requested", "expected"), [
+    (1, None, ["%RETRY%Fails", "%DLQ%Fails"]),
+    (None, None, ["%RETRY%Fails", "%RETRY%Fails"]),
+    # The broker takes retryMaxTimes as it is: 0 and -1 both mean "no retry".
+    (0, None, ["%DLQ%Fails", "%DLQ%Fails"]),
+    (-1, None, ["%DLQ%Fails", "%DLQ%Fails"]),
+    # A send-back that carries maxReconsumeTimes overrides the group's value.
+    (1, 5, ["%RETRY%Fails", "%RETRY%Fails"]),
+    (None, 1, ["%RETRY%Fails", "%DLQ%Fails"]),
+])
+def test_retry_max_times_sends_to_the_dlq(cluster, retry_max_times, requested, expected):
+    """Two send-backs of one message: where each goes depends on the group's retryMaxTimes,
+    unless the request says maxReconsumeTimes."""
 
     async def main():
         await cluster.start_namesrv()
@@ -216,9 +235,11 @@ def test_retry_max_times_sends_to_the_dlq(cluster, retry_max_times):
             topics = []
             for _ in range(2):
                 end = broker.store.commitlog.max_offset
-                back = RemotingCommand.request(RC.CONSUMER_SEND_MSG_BACK, {
-                    "offset": offset, "group": "Fails", "delayLevel": 0,
-                    "originTopic": "Pulled"})
+                header = {"offset": offset, "group": "Fails", "delayLevel": 0,
+                          "originTopic": "Pulled"}
+                if requested is not None:
+                    header["maxReconsumeTimes"] = requested
+                back = RemotingCommand.request(RC.CONSUMER_SEND_MSG_BACK, header)
                 assert (await ask(peer, back)).code == 0
                 (stored,) = decode_records(broker.store.record_bytes(end))
                 topics.append(stored.properties["REAL_TOPIC"] if stored.topic == SCHEDULE_TOPIC
@@ -228,11 +249,64 @@ def test_retry_max_times_sends_to_the_dlq(cluster, retry_max_times):
         finally:
             await peer.close()
 
-    topics = run_async(main())
-    if retry_max_times == 1:
-        assert topics == ["%RETRY%Fails", "%DLQ%Fails"]
-    else:
-        assert topics == ["%RETRY%Fails", "%RETRY%Fails"]
+    assert run_async(main()) == expected
+
+
+@pytest.mark.parametrize(("retry_max_times", "expected"), [(1, "%DLQ%Direct"),
+                                                          (2, "%RETRY%Direct")])
+def test_retry_max_times_in_a_send_to_the_retry_topic(cluster, retry_max_times, expected):
+    """A message sent straight to a group's retry topic, with reconsumeTimes 1 and no
+    maxReconsumeTimes, goes to the DLQ once the group's retryMaxTimes is reached."""
+
+    async def main():
+        await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        peer = await RawPeer.open(broker.address)
+        try:
+            answer = await ask(peer, update_group(groupName="Direct",
+                                                  retryMaxTimes=retry_max_times))
+            assert answer.code == 0
+            assert (await ask(peer, heartbeat("Direct"))).code == 0  # makes %RETRY%Direct
+            end = broker.store.commitlog.max_offset
+            answer = await ask(peer, send_v2("%RETRY%Direct", b"again", j=1))
+            assert answer.code == 0, answer.remark
+            (stored,) = decode_records(broker.store.record_bytes(end))
+            return stored.topic
+        finally:
+            await peer.close()
+
+    assert run_async(main()) == expected
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_notify_consumer_ids_changed_enable(cluster, notify):
+    """Members of a group hear of a member that joins or unregisters only when the group's
+    notifyConsumerIdsChangedEnable is true."""
+
+    async def main():
+        await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        first, second = await RawPeer.open(broker.address), await RawPeer.open(broker.address)
+        try:
+            answer = await ask(first, update_group(groupName="Members",
+                                                   notifyConsumerIdsChangedEnable=notify))
+            assert answer.code == 0
+            assert (await ask(first, heartbeat("Members", client_id="c1"))).code == 0
+            assert (await ask(second, heartbeat("Members", client_id="c2"))).code == 0
+            leave = RemotingCommand.request(RC.UNREGISTER_CLIENT, {
+                "clientID": "c2", "consumerGroup": "Members"})
+            assert (await ask(second, leave)).code == 0
+            # Anything the broker sent first has arrived before this answer.
+            await ask(first, RemotingCommand.request(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+            return [cmd.ext_fields["consumerGroup"] for cmd in first.requests
+                    if cmd.code == RC.NOTIFY_CONSUMER_IDS_CHANGED]
+        finally:
+            await first.close()
+            await second.close()
+
+    told = run_async(main())
+    # c1 hears of itself, of c2 joining, and of c2 leaving.
+    assert told == (["Members"] * 3 if notify else [])
 
 
 def test_delete_with_remove_offset(cluster):

@@ -115,7 +115,8 @@ def test_offset_msg_id():
         decode_offset_msg_id("XYZ")
 
 
-@pytest.mark.parametrize("topic", ["", " ", "a b", "topic/1", "t" * 128, "tópico"])
+@pytest.mark.parametrize("topic", ["", " ", "a b", "topic/1", "t" * 128, "tópico",
+                                   "TopicTest\n"])
 def test_illegal_topics(topic):
     with pytest.raises(IllegalTopicError):
         validate_topic(topic)
