@@ -121,16 +121,36 @@ class MappedFile:
     def zero_from(self, pos: int) -> None:
         """Clear bytes from ``pos`` to the end of the file (used to cut a torn tail).
 
-        Chunks that are already zero are left alone, so clearing the unused part of a large
-        file costs a comparison, not a write.
+        Only the parts of the file that hold data are looked at (``SEEK_DATA``/``SEEK_HOLE``):
+        blocks never written since ``posix_fallocate`` read as zeros already, so cutting the
+        tail of a 1 GiB file costs in proportion to what was written past ``pos``, not the
+        file's size. Chunks that are already zero are left alone (a comparison, not a write).
         """
         end = self.file_size
         while pos < end:
-            stop = min(end, (pos // len(_ZERO_CHUNK) + 1) * len(_ZERO_CHUNK))
-            chunk = self.view[pos:stop]
-            if chunk != _ZERO_CHUNK[:stop - pos]:
+            try:
+                data = os.lseek(self.fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    return  # only holes (zeros) from pos on
+                self._zero_range(pos, end)  # no SEEK_DATA here: look at every chunk
+                return
+            if data >= end:
+                return
+            hole = min(end, os.lseek(self.fd, data, os.SEEK_HOLE))
+            self._zero_range(data, hole)
+            pos = hole
+
+    def _zero_range(self, pos: int, end: int) -> None:
+        # Read with pread rather than through the mapping: faulting in pages of a mapping
+        # that were never written costs far more than reading the same bytes.
+        step = len(_ZERO_CHUNK)
+        buf = bytearray(step)
+        while pos < end:
+            stop = min(end, (pos // step + 1) * step)
+            got = os.preadv(self.fd, [memoryview(buf)[:stop - pos]], pos)
+            if buf[:got] != _ZERO_CHUNK[:got] or got < stop - pos:
                 self.view[pos:stop] = _ZERO_CHUNK[:stop - pos]
-            chunk.release()
             pos = stop
 
     # ------------------------------------------------------------------ lifecycle
