@@ -51,9 +51,14 @@ class Broker:
 
     def __init__(self, config: BrokerConfig | None = None,
                  store_config: MessageStoreConfig | None = None) -> None:
-        if config is None or store_config is None:
-            config, store_config = load_broker_conf(
-                {} if config is None else {"brokerName": config.brokerName})
+        if config is None:
+            config, default_store = load_broker_conf({})
+            store_config = store_config or default_store
+        elif store_config is None:
+            # The store writes the broker's address into records and shares its size limit.
+            _, store_config = load_broker_conf({
+                "brokerIP1": config.brokerIP1, "listenPort": config.listenPort,
+                "maxMessageSize": config.maxMessageSize})
         self.config = config
         self.store_config = store_config
         self.config_dir = os.path.join(store_config.storePathRootDir, "config")

@@ -228,3 +228,20 @@ def test_a_saved_file_with_a_refused_key_stops_the_start(tmp_path):
                                        "brokerPermission": 6}))
     assert broker.config.brokerPermission == 4
     assert broker.config.longPollingEnable is False
+
+
+def test_a_broker_config_alone_is_kept(tmp_path, monkeypatch):
+    """Broker(config) without a store config keeps every broker setting (it used to keep only
+    brokerName) and gives the store the broker's address and size limit."""
+    from rocketq.broker import Broker, BrokerConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default storePathRootDir is ~/store
+    config = BrokerConfig(brokerName="b-kept", brokerClusterName="C2", listenPort=0,
+                          brokerIP1="127.0.0.1", maxMessageSize=1 << 20,
+                          autoCreateTopicEnable=False, defaultTopicQueueNums=3)
+    broker = Broker(config)
+    assert broker.config is config
+    assert broker.store_config.maxMessageSize == 1 << 20
+    assert broker.store_config.storePathRootDir == str(tmp_path / "store")
+    assert broker.topics.get("TBW102") is None  # autoCreateTopicEnable=false was kept
+    assert broker.topics.get("C2") is not None
