@@ -115,8 +115,19 @@ class NameServer:
             except (orjson.JSONDecodeError, AttributeError):
                 return cmd.response(ResponseCode.SYSTEM_ERROR,
                                     remark="register body is not RegisterBrokerBody JSON")
+            if not isinstance(wrapper, dict):
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    remark="topicConfigSerializeWrapper is not a JSON object")
             topic_configs = wrapper.get("topicConfigTable") or {}
             data_version = wrapper.get("dataVersion") or {}
+            if not isinstance(topic_configs, dict) or not all(
+                    isinstance(t, dict) for t in topic_configs.values()):
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    remark="topicConfigTable is not an object of TopicConfig "
+                                           "objects")
+            if not isinstance(data_version, dict):
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    remark="dataVersion is not a JSON object")
         timeout = cmd.field("heartbeatTimeoutMillis")
         result = self.routes.register_broker(
             cmd.field("clusterName") or "DefaultCluster", cmd.field("brokerAddr") or "",
