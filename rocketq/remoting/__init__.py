@@ -85,17 +85,29 @@ class RemotingServer:
         self._sock: socket.socket | None = None
 
     def bind(self) -> int:
-        """Bind the listening socket now (serving starts with :meth:`start`) and return the
-        port, so a caller that asked for port 0 learns its port before serving."""
+        """Bind the socket now and return the port, so a caller that asked for port 0 learns
+        its port before serving. It listens only from :meth:`start` on: until then clients
+        are refused at once instead of connecting to a server that cannot answer yet."""
         if self._sock is None:
-            self._sock = socket.create_server((self.host, self.port), backlog=1024)
-            self.port = self._sock.getsockname()[1]
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((self.host, self.port))
+            except OSError:
+                sock.close()
+                raise
+            self._sock = sock
+            self.port = sock.getsockname()[1]
         return self.port
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.bind()
-        self._server = await loop.create_server(self._make_connection, sock=self._sock)
+        assert self._sock is not None
+        self._sock.listen(1024)
+        self._server = await loop.create_server(self._make_connection, sock=self._sock,
+                                                backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         self._idle_task = loop.create_task(self._expire_idle())
 

@@ -246,3 +246,25 @@ def test_connect_refused_is_a_clear_error():
             await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(5))
 
     asyncio.run(main())
+
+
+def test_a_bound_server_refuses_until_it_serves():
+    """bind() reserves the port; connections are refused until start(), so a broker whose
+    store is still opening does not take connections it cannot answer."""
+    from rocketq.remoting import RemotingServer
+
+    async def main():
+        server = RemotingServer(lambda conn, cmd: cmd.response(), "127.0.0.1", 0)
+        port = server.bind()
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("127.0.0.1", port)
+        await server.start()
+        try:
+            client = RemotingClient()
+            r = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(34))
+            assert r.code == 0
+            await client.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
