@@ -121,7 +121,8 @@ def _take_up(broker: Broker, values: dict[str, Any], before: dict[str, Any]) -> 
     """Make the changes that are not read on each use take effect."""
     if "maxMessageSize" in values or "syncFlushTimeout" in values:
         broker.store.reload_config()
-    reregister = "registerNameServerPeriod" in values  # restart the wait with the new period
+    # Restart the wait with the new period; register with the new NameServers at once.
+    reregister = "registerNameServerPeriod" in values or "namesrvAddr" in values
     if "autoCreateTopicEnable" in values and values["autoCreateTopicEnable"] != before[
             "autoCreateTopicEnable"]:
         # As at start: TBW102 exists while auto-creation is on, so clients find its route.

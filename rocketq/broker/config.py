@@ -119,6 +119,10 @@ _INT_MAX = (1 << 31) - 1
 RUNTIME_KEYS: dict[str, tuple[int, int] | None] = {
     # BrokerConfig
     "brokerPermission": (0, 7),  # PermName.isValid: 0 <= perm < PERM_PRIORITY (8)
+    # Read at each registration; the broker registers with the new list at once. RocketMQ
+    # takes it up too (BrokerController re-reads namesrvAddr every 2 minutes). A NameServer
+    # left out forgets the broker when its registration expires, as in RocketMQ.
+    "namesrvAddr": None,
     "autoCreateTopicEnable": None,
     # rocketq keeps no subscription-group table yet (every group is served as if created):
     # the value is kept, shown and saved, for RocketMQ tools that set it.
@@ -194,6 +198,8 @@ def check_settings(values: dict[str, str]) -> dict[str, Any]:
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
             raise ConfigUpdateError(
                 f"bad value for {key}: {value} is outside {bounds[0]}..{bounds[1]}")
+        if key == "namesrvAddr":
+            _check_namesrv_addr(value)
         if key == "deleteWhen":
             hours = [h.strip() for h in value.split(";")]
             if not hours or not all(h.isdigit() and 0 <= int(h) <= 23 for h in hours):
@@ -202,6 +208,19 @@ def check_settings(values: dict[str, str]) -> dict[str, Any]:
                     "separated by ';'")
         checked[key] = value
     return checked
+
+
+def _check_namesrv_addr(value: str) -> None:
+    """``host:port`` addresses separated by ``;`` (RocketMQ's form; rocketq also takes
+    ``,``), at least one."""
+    addrs = [a.strip() for a in value.replace(",", ";").split(";") if a.strip()]
+    if not addrs:
+        raise ConfigUpdateError("bad value for namesrvAddr: no NameServer address")
+    for addr in addrs:
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigUpdateError(
+                f"bad value for namesrvAddr: {addr!r} is not host:port")
 
 
 def apply_settings(config: BrokerConfig, store_config: MessageStoreConfig,

@@ -106,6 +106,10 @@ def test_mqadmin_frame_is_applied_shown_saved_and_kept_over_a_restart(cluster):
     ({"longPollingEnable": "maybe"}, ResponseCode.INVALID_PARAMETER, "longPollingEnable"),
     ({"diskMaxUsedSpaceRatio": "99"}, ResponseCode.INVALID_PARAMETER, "diskMaxUsedSpaceRatio"),
     ({"deleteWhen": "24"}, ResponseCode.INVALID_PARAMETER, "deleteWhen"),
+    ({"namesrvAddr": "127.0.0.1"}, ResponseCode.INVALID_PARAMETER, "namesrvAddr"),
+    ({"namesrvAddr": "127.0.0.1:9876;host:70000"}, ResponseCode.INVALID_PARAMETER,
+     "namesrvAddr"),
+    ({"namesrvAddr": " ; "}, ResponseCode.INVALID_PARAMETER, "namesrvAddr"),
     ({"maxMessageSize": "0"}, ResponseCode.INVALID_PARAMETER, "maxMessageSize"),
     # One bad key refuses the good ones with it.
     ({"fileReservedTime": "1", "shortPollingTimeMills": "-1"},
@@ -183,6 +187,41 @@ def test_changes_take_effect_at_once(cluster):
                 await asyncio.sleep(0.05)
             assert await route_perm() == 6
             assert (await c.invoke(broker.address, send_v2("Cfg", b"x"))).code == 0
+        finally:
+            await c.close()
+            await cluster.stop()
+
+    run_async(main())
+
+
+def test_a_new_namesrv_addr_is_registered_with_at_once_and_kept(cluster):
+    async def main():
+        first = await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        second = await cluster.start_namesrv()  # not in the broker's list yet
+        c = RemotingClient()
+
+        async def route(namesrv) -> RemotingCommand:
+            return await c.invoke(namesrv.address, RemotingCommand.request(
+                RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}))
+
+        try:
+            assert (await route(second)).code == ResponseCode.TOPIC_NOT_EXIST
+            both = f"{first.address};{second.address}"
+            r = await c.invoke(broker.address, update(namesrvAddr=both))
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            # At once, not at the next 30 s registration.
+            for _ in range(100):
+                if (await route(second)).code == ResponseCode.SUCCESS:
+                    break
+                await asyncio.sleep(0.05)
+            r = await route(second)
+            assert r.code == ResponseCode.SUCCESS
+            assert orjson.loads(r.body)["brokerDatas"][0]["brokerName"] \
+                == broker.config.brokerName
+            assert f"namesrvAddr={both}\n" in saved(broker)
+            broker = await restart(cluster, broker, namesrvAddr=first.address)
+            assert broker.config.namesrvAddr == both
         finally:
             await c.close()
             await cluster.stop()
