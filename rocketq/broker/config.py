@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..protocol.command import JAVA_INT_MAX
 from ..store.config import MessageStoreConfig, _convert, read_properties
 
 PERM_PRIORITY = 8
@@ -109,7 +110,6 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
 #: start they are applied over the ``broker.conf`` values, so a change survives a restart.
 OVERRIDES_FILE = os.path.join("config", "broker.properties")
 
-_INT_MAX = (1 << 31) - 1
 
 #: The keys UPDATE_BROKER_CONFIG may change while the broker runs, with the range an integer's
 #: value must be in (None for a boolean or a string checked on its own). Each is read where it
@@ -124,36 +124,35 @@ RUNTIME_KEYS: dict[str, tuple[int, int] | None] = {
     # left out forgets the broker when its registration expires, as in RocketMQ.
     "namesrvAddr": None,
     "autoCreateTopicEnable": None,
-    # rocketq keeps no subscription-group table yet (every group is served as if created):
-    # the value is kept, shown and saved, for RocketMQ tools that set it.
+    # Read on each heartbeat and pull that meets an unknown group (subscription_groups.py).
     "autoCreateSubscriptionGroup": None,
     "enablePropertyFilter": None,
     "longPollingEnable": None,
-    "shortPollingTimeMills": (1, _INT_MAX),
-    "flushConsumerOffsetInterval": (1, _INT_MAX),
-    "transactionTimeOut": (0, _INT_MAX),
-    "transactionCheckMax": (0, _INT_MAX),
-    "transactionCheckInterval": (1, _INT_MAX),
-    "registerNameServerPeriod": (1, _INT_MAX),
-    "registerBrokerTimeoutMills": (1, _INT_MAX),
-    "channelExpiredTimeout": (1, _INT_MAX),
-    "timerMaxDelaySec": (1, _INT_MAX),
+    "shortPollingTimeMills": (1, JAVA_INT_MAX),
+    "flushConsumerOffsetInterval": (1, JAVA_INT_MAX),
+    "transactionTimeOut": (0, JAVA_INT_MAX),
+    "transactionCheckMax": (0, JAVA_INT_MAX),
+    "transactionCheckInterval": (1, JAVA_INT_MAX),
+    "registerNameServerPeriod": (1, JAVA_INT_MAX),
+    "registerBrokerTimeoutMills": (1, JAVA_INT_MAX),
+    "channelExpiredTimeout": (1, JAVA_INT_MAX),
+    "timerMaxDelaySec": (1, JAVA_INT_MAX),
     # BrokerConfig and MessageStoreConfig
-    "maxMessageSize": (1, _INT_MAX),
+    "maxMessageSize": (1, JAVA_INT_MAX),
     # MessageStoreConfig
-    "flushIntervalCommitLog": (1, _INT_MAX),
-    "flushIntervalConsumeQueue": (1, _INT_MAX),
-    "syncFlushTimeout": (1, _INT_MAX),
-    "fileReservedTime": (1, _INT_MAX),  # hours
+    "flushIntervalCommitLog": (1, JAVA_INT_MAX),
+    "flushIntervalConsumeQueue": (1, JAVA_INT_MAX),
+    "syncFlushTimeout": (1, JAVA_INT_MAX),
+    "fileReservedTime": (1, JAVA_INT_MAX),  # hours
     "deleteWhen": None,  # hours of the day, 0..23, ';'-separated
     # RocketMQ's getter keeps diskMaxUsedSpaceRatio within 10..95; here a value outside it
     # is refused instead of silently meaning another.
     "diskMaxUsedSpaceRatio": (10, 95),
     "diskSpaceCleanForciblyRatio": (10, 95),
-    "deleteFileBatchMax": (1, _INT_MAX),
-    "cleanResourceInterval": (1, _INT_MAX),
-    "maxTransferBytesOnMessageInMemory": (1, _INT_MAX),
-    "maxMsgsNumBatch": (1, _INT_MAX),
+    "deleteFileBatchMax": (1, JAVA_INT_MAX),
+    "cleanResourceInterval": (1, JAVA_INT_MAX),
+    "maxTransferBytesOnMessageInMemory": (1, JAVA_INT_MAX),
+    "maxMsgsNumBatch": (1, JAVA_INT_MAX),
 }
 
 

@@ -43,7 +43,7 @@ import orjson
 
 from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol.command import JAVA_LONG_MAX, JAVA_LONG_MIN, RemotingCommand
 from ..protocol.message import MessageFormatError, decode_offset_msg_id
 from ..remoting import Connection, RemotingError, RemotingTimeoutError
 from .clients import ClientChannel, ClientManager
@@ -74,7 +74,7 @@ def int64_field(cmd: RemotingCommand, name: str) -> int:
     value = cmd.field(name)
     if value is None or value == "":
         raise BadField(f"the request lacks the field {name!r}")
-    if not _INT64.fullmatch(value) or not -(1 << 63) <= int(value) < (1 << 63):
+    if not _INT64.fullmatch(value) or not JAVA_LONG_MIN <= int(value) <= JAVA_LONG_MAX:
         raise BadField(f"field {name!r} is not a 64-bit integer: {value[:40]!r}")
     return int(value)
 

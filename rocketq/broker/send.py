@@ -14,7 +14,14 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import ProtocolError, RemotingCommand
+from ..protocol.command import (
+    JAVA_INT_MAX,
+    JAVA_INT_MIN,
+    JAVA_LONG_MAX,
+    JAVA_LONG_MIN,
+    ProtocolError,
+    RemotingCommand,
+)
 from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
     SysFlag,
@@ -78,12 +85,10 @@ def _without_delay(props: str) -> str:
     return encode_properties(parsed)
 
 
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 #: The integer fields of a send header: attribute of _HeaderKeys, Java type, bounds.
-_INT_FIELDS = (("queue_id", "int", _INT_MIN, _INT_MAX), ("sysflag", "int", _INT_MIN, _INT_MAX),
-               ("born", "long", _LONG_MIN, _LONG_MAX), ("flag", "int", _INT_MIN, _INT_MAX),
-               ("reconsume", "int", _INT_MIN, _INT_MAX))
+_INT, _LONG = (JAVA_INT_MIN, JAVA_INT_MAX), (JAVA_LONG_MIN, JAVA_LONG_MAX)
+_INT_FIELDS = (("queue_id", "int", *_INT), ("sysflag", "int", *_INT),
+               ("born", "long", *_LONG), ("flag", "int", *_INT), ("reconsume", "int", *_INT))
 
 
 def _bad_header(header: dict[str, str], names: _HeaderKeys) -> str:
@@ -151,9 +156,9 @@ class SendProcessor:
         except ValueError:
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
         # The record stores them as Java ints and a long: refused here, never by the store.
-        if not (_INT_MIN <= queue_id <= _INT_MAX and _INT_MIN <= sysflag <= _INT_MAX
-                and _INT_MIN <= flag <= _INT_MAX and _INT_MIN <= reconsume <= _INT_MAX
-                and _LONG_MIN <= born <= _LONG_MAX):
+        low, high = _INT
+        if not (low <= queue_id <= high and low <= sysflag <= high and low <= flag <= high
+                and low <= reconsume <= high and JAVA_LONG_MIN <= born <= JAVA_LONG_MAX):
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
         topic_config = broker.topics.topics.get(topic)  # a known topic's name is valid
         if topic_config is None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol.command import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand
 from ..remoting import Connection
 from .config import BrokerConfig
 from .topics import MAX_QUEUE_NUMS, DataVersion, _atomic_write
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 GROUP_MAX_LENGTH = 255
 _LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_INT_MAX = (1 << 31) - 1
-_LONG_MAX = (1 << 63) - 1
 #: The most queues a retry topic may have: the bound rocketq puts on any topic's queues.
 MAX_RETRY_QUEUES = MAX_QUEUE_NUMS
 #: Groups with this prefix are created on first use even when autoCreateSubscriptionGroup is
@@ -86,8 +84,8 @@ _JSON_NAMES = {
     "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
     "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
 }
-_INT_BOUNDS = {"retryQueueNums": (0, MAX_RETRY_QUEUES), "retryMaxTimes": (-1, _INT_MAX),
-               "brokerId": (0, _LONG_MAX), "whichBrokerWhenConsumeSlowly": (0, _LONG_MAX)}
+_INT_BOUNDS = {"retryQueueNums": (0, MAX_RETRY_QUEUES), "retryMaxTimes": (-1, JAVA_INT_MAX),
+               "brokerId": (0, JAVA_LONG_MAX), "whichBrokerWhenConsumeSlowly": (0, JAVA_LONG_MAX)}
 
 
 def validate_group(name: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ..protocol.command import JAVA_INT_MAX, JAVA_INT_MIN
 from ..protocol.topic import (
     AUTO_CREATE_TOPIC_KEY,
     SCHEDULE_TOPIC,
@@ -59,7 +60,6 @@ class TopicConfig:
 #: a plan. rocketq refuses more than this (its own bound, not RocketMQ's).
 MAX_QUEUE_NUMS = 65535
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 class TopicConfigError(ValueError):
@@ -96,7 +96,7 @@ def topic_config_from_request(ext: Mapping[str, str]) -> TopicConfig:
     read = integer("readQueueNums", 16, 1, MAX_QUEUE_NUMS)
     write = integer("writeQueueNums", 16, 1, MAX_QUEUE_NUMS)
     perm = integer("perm", PERM_READ | PERM_WRITE, 0, 7)
-    sys_flag = integer("topicSysFlag", 0, _INT_MIN, _INT_MAX)
+    sys_flag = integer("topicSysFlag", 0, JAVA_INT_MIN, JAVA_INT_MAX)
     filter_type = str(ext.get("topicFilterType") or "SINGLE_TAG")
     if filter_type not in TOPIC_FILTER_TYPES:
         raise TopicConfigError(f"the field topicFilterType must be SINGLE_TAG or MULTI_TAG, "

@@ -34,6 +34,11 @@ _LANGUAGE_NAMES = {c.value: c.name for c in LanguageCode}
 _LANGUAGE_VALUES = {c.name: c.value for c in LanguageCode}
 _opaque_counter = count(1)
 
+#: Java's int and long: the types of RocketMQ's header and record fields. A value outside
+#: them is a bad request, whatever Python can hold.
+JAVA_INT_MIN, JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
+JAVA_LONG_MIN, JAVA_LONG_MAX = -(1 << 63), (1 << 63) - 1
+
 
 class ProtocolError(Exception):
     """Bytes that are not a valid remoting frame; the connection should be closed."""
