@@ -25,7 +25,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand
 from ..remoting import Connection
 from .config import BrokerConfig
-from .topics import MAX_QUEUE_NUMS, DataVersion, _atomic_write
+from .topics import MAX_QUEUE_NUMS, DataVersion, save_versioned
 
 if TYPE_CHECKING:
     from . import Broker
@@ -214,18 +214,8 @@ class SubscriptionGroupTable:
     def _change(self, changes: dict[str, SubscriptionGroupConfig | None]) -> None:
         """Save the table with ``changes`` (None removes a group) and the next DataVersion,
         then make them in memory; a failed save raises and changes nothing."""
-        table = dict(self.groups)
-        for name, cfg in changes.items():
-            if cfg is None:
-                table.pop(name, None)
-            else:
-                table[name] = cfg
-        version = self.data_version.following()
-        _atomic_write(self.path, orjson.dumps({
-            "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(table.items())},
-            "dataVersion": version.to_json()}, option=orjson.OPT_INDENT_2))
-        self.groups = table
-        self.data_version.assign(version)
+        self.groups = save_versioned(self.path, "subscriptionGroupTable", self.groups, changes,
+                                     self.data_version, SubscriptionGroupConfig.to_json)
 
 
 # --------------------------------------------------------------------------- requests

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -24,6 +24,8 @@ from ..protocol.topic import (
     validate_topic,
 )
 from .config import PERM_INHERIT, PERM_READ, PERM_WRITE, BrokerConfig
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -194,33 +196,16 @@ class TopicConfigManager:
 
     def persist(self) -> None:
         with self.lock:
-            _atomic_write(self.path, self._encode(self.topics, self.data_version))
-
-    @staticmethod
-    def _encode(table: dict[str, TopicConfig], version: DataVersion) -> bytes:
-        return orjson.dumps({
-            "topicConfigTable": {n: t.to_json() for n, t in sorted(table.items())},
-            "dataVersion": version.to_json()}, option=orjson.OPT_INDENT_2)
+            save_versioned(self.path, "topicConfigTable", self.topics, {},
+                           self.data_version, TopicConfig.to_json, next_version=False)
 
     def _change(self, changes: dict[str, TopicConfig | None]) -> None:
-        """Write the table with ``changes`` (a topic's new config, or None to remove it) and
-        the next DataVersion to disk, and only then make them in memory: when the write fails
-        (a full disk, a config file that cannot be replaced) it raises, and memory and disk
-        both keep the old table. Call with the lock held."""
-        table = dict(self.topics)
-        for name, topic in changes.items():
-            if topic is None:
-                table.pop(name, None)
-            else:
-                table[name] = topic
-        version = self.data_version.following()
-        _atomic_write(self.path, self._encode(table, version))
-        for name, topic in changes.items():
-            if topic is None:
-                self.topics.pop(name, None)
-            else:
-                self.topics[name] = topic
-        self.data_version.assign(version)
+        """Save the table with ``changes`` (a topic's new config, or None to remove it) and
+        the next DataVersion, and only then make them in memory: when the write fails (a full
+        disk, a config file that cannot be replaced) it raises, and memory and disk both keep
+        the old table. Call with the lock held."""
+        self.topics = save_versioned(self.path, "topicConfigTable", self.topics, changes,
+                                     self.data_version, TopicConfig.to_json)
 
     def update(self, topic: TopicConfig) -> None:
         """Create or change a topic (UPDATE_AND_CREATE_TOPIC). Raises OSError, leaving the
@@ -287,6 +272,28 @@ class TopicConfigManager:
             for data in table.values():
                 data["perm"] = broker_permission
         return {"topicConfigTable": table, "dataVersion": version}
+
+
+def save_versioned(path: str, table_key: str, table: Mapping[str, T],
+                   changes: Mapping[str, T | None], version: DataVersion,
+                   to_json: Callable[[T], Any], next_version: bool = True) -> dict[str, T]:
+    """Save a config table as RocketMQ does (``{table_key: {...}, "dataVersion": {...}}``)
+    with ``changes`` made (None removes an entry) and the next DataVersion; only once it is on
+    disk is ``version`` moved on. Returns the new table for the caller to take; a failed write
+    raises and leaves ``table`` and ``version`` as they were."""
+    new = dict(table)
+    for name, value in changes.items():
+        if value is None:
+            new.pop(name, None)
+        else:
+            new[name] = value
+    following = version.following() if next_version else version
+    _atomic_write(path, orjson.dumps({
+        table_key: {n: to_json(v) for n, v in sorted(new.items())},
+        "dataVersion": following.to_json()}, option=orjson.OPT_INDENT_2))
+    if next_version:
+        version.assign(following)
+    return new
 
 
 def _atomic_write(path: str, data: bytes) -> None:
