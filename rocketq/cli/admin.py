@@ -121,9 +121,14 @@ async def _masters(args: argparse.Namespace, instance: ClientInstance) -> dict[s
 
 
 async def _run(args: argparse.Namespace, body: Any) -> int:
+    """Run ``body(instance)``; a ClientError (no such cluster, a broker that refused) is
+    printed on standard error and ends the command with status 1."""
     instance = await _instance(args)
     try:
         return await body(instance)
+    except ClientError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     finally:
         await instance.remoting.close()
 
@@ -458,11 +463,7 @@ async def _ask_each(instance: ClientInstance, addrs: list[str],
 
 async def broker_config_get(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        try:
-            addrs = await _config_targets(args, instance)
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        addrs = await _config_targets(args, instance)
 
         def show(addr: str, r: RemotingCommand) -> None:
             if args.cluster or len(addrs) > 1:
@@ -487,11 +488,7 @@ async def broker_config_update(args: argparse.Namespace) -> int:
     text = "".join(f"{key}={value}\n" for key, value in settings).encode()
 
     async def body(instance: ClientInstance) -> int:
-        try:
-            addrs = await _config_targets(args, instance)
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        addrs = await _config_targets(args, instance)
         failed = await _ask_each(
             instance, addrs, lambda: RemotingCommand.request(
                 RequestCode.UPDATE_BROKER_CONFIG, body=text),
@@ -659,12 +656,8 @@ def _group_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _send_group(args: argparse.Namespace, replace: bool) -> int:
     async def body(instance: ClientInstance) -> int:
-        try:
-            addrs = await _group_targets(args, instance)
-            current = {} if replace else await _group_tables(instance, addrs)
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        addrs = await _group_targets(args, instance)
+        current = {} if replace else await _group_tables(instance, addrs)
         failed = 0
         for addr in addrs:
             config = {**current.get(addr, {}).get(args.group, {}), **_group_fields(args),
@@ -688,11 +681,7 @@ async def group_update(args: argparse.Namespace) -> int:
 
 async def group_delete(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        try:
-            addrs = await _group_targets(args, instance)
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        addrs = await _group_targets(args, instance)
         failed = await _ask_each(
             instance, addrs, lambda: RemotingCommand.request(
                 RequestCode.DELETE_SUBSCRIPTIONGROUP,
@@ -704,11 +693,7 @@ async def group_delete(args: argparse.Namespace) -> int:
 
 async def group_list(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        try:
-            tables = await _group_tables(instance, await _group_targets(args, instance))
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        tables = await _group_tables(instance, await _group_targets(args, instance))
         print(f"{'broker':<22} {'group':<32} consume broadcast retries retryQueues")
         for addr, table in sorted(tables.items()):
             for name, cfg in sorted(table.items()):
