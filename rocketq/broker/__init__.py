@@ -22,18 +22,18 @@ from ..protocol.topic import dlq_topic, retry_topic
 from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
 from ..store import MessageStore, MessageStoreConfig, StoreMessage
 from .admin_requests import admin_handlers
-from .clients import ClientManager, ConsumerGroup
+from .clients import ClientTable, ConsumerGroup
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, load_broker_conf, load_overrides
 from .consumer_calls import consumer_call_handlers
-from .delay import ScheduleService, to_schedule
-from .offsets import ConsumerOffsetManager
+from .delay import DelayDelivery, to_schedule
+from .offsets import ConsumerOffsets
 from .pull import PullProcessor
 from .send import SendProcessor
 from .stats import Stats, runtime_info
 from .subscription_groups import SubscriptionGroupTable, subscription_group_handlers
-from .timer import TimerService
-from .topics import TopicConfigError, TopicConfigManager, topic_config_from_request
-from .transaction import TransactionService
+from .timer import TimerWheel
+from .topics import TopicConfigError, TopicTable, topic_config_from_request
+from .transaction import Transactions
 
 log = logging.getLogger("rocketq.broker")
 
@@ -68,16 +68,16 @@ class Broker:
                                      on_close=self._connection_closed)
         self.namesrv_client = RemotingClient()
         self.store: MessageStore | None = None  # type: ignore[assignment]
-        self.topics = TopicConfigManager(config, self.config_dir)
-        self.offsets = ConsumerOffsetManager(self.config_dir)
+        self.topics = TopicTable(config, self.config_dir)
+        self.offsets = ConsumerOffsets(self.config_dir)
         self.subscription_groups = SubscriptionGroupTable(config, self.config_dir)
-        self.clients = ClientManager(self._notify_consumers, self.subscription_groups.notifies)
+        self.clients = ClientTable(self._notify_consumers, self.subscription_groups.notifies)
         self.stats = Stats()
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
-        self.schedule = ScheduleService(self)
-        self.transactions = TransactionService(self)
-        self.timer = TimerService(self)
+        self.schedule = DelayDelivery(self)
+        self.transactions = Transactions(self)
+        self.timer = TimerWheel(self)
         self._tasks: list[asyncio.Task[Any]] = []
         #: (group, topic, queue id) -> (client id, last lock time): orderly consumption.
         self.queue_locks: dict[tuple[str, str, int], tuple[str, float]] = {}

@@ -75,7 +75,7 @@ class ConsumerGroup:
         return changed
 
 
-class ClientManager:
+class ClientTable:
     """Producer and consumer groups, by client id and connection."""
 
     def __init__(self, notify: Callable[[ConsumerGroup], None],

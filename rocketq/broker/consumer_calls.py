@@ -46,9 +46,9 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import JAVA_LONG_MAX, JAVA_LONG_MIN, RemotingCommand
 from ..protocol.message import MessageFormatError, decode_offset_msg_id
 from ..remoting import Connection, RemotingError, RemotingTimeoutError
-from .clients import ClientChannel, ClientManager
-from .offsets import ConsumerOffsetManager
-from .topics import TopicConfigManager
+from .clients import ClientChannel, ClientTable
+from .offsets import ConsumerOffsets
+from .topics import TopicTable
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -116,8 +116,8 @@ def reset_offset_body_for_c(broker_name: str, topic: str, offsets: dict[int, int
 class ConsumerCalls:
     """Serves 222, 307 and 309 with the broker's topics, offsets, client table and store."""
 
-    def __init__(self, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 clients: ClientManager, broker_name: str,
+    def __init__(self, topics: TopicTable, offsets: ConsumerOffsets,
+                 clients: ClientTable, broker_name: str,
                  store: Callable[[], MessageStore], call_timeout: float = CALL_TIMEOUT) -> None:
         self.topics = topics
         self.offsets = offsets

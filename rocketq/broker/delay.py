@@ -90,7 +90,7 @@ def record_to_real(record: MessageRecord) -> StoreMessage:
     return StoreMessage.from_record(record, topic, queue_id, encode_properties(props))
 
 
-class ScheduleService:
+class DelayDelivery:
     """Delivers due messages of every delay level."""
 
     def __init__(self, broker: Broker) -> None:

@@ -1,4 +1,4 @@
-"""Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsetManager),
+"""Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsets),
 persisted as ``config/consumerOffset.json`` every few seconds and at shutdown."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import orjson
 from .topics import _atomic_write
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsets:
     """``topic@group`` -> queue id -> next offset to consume."""
 
     def __init__(self, config_dir: str) -> None:

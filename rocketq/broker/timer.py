@@ -62,7 +62,7 @@ def to_timer(topic: str, queue_id: int, properties: str, due_ms: int) -> tuple[s
                                                  **{TIMER_OUT_MS: str(due_ms)})
 
 
-class TimerService:
+class TimerWheel:
     """The wheel of pending timer messages and its delivery loop."""
 
     def __init__(self, broker: Broker) -> None:
@@ -189,4 +189,4 @@ class TimerService:
         return delivered
 
 
-__all__ = ["TimerError", "TimerService", "due_time", "to_timer"]
+__all__ = ["TimerError", "TimerWheel", "due_time", "to_timer"]

@@ -1,4 +1,4 @@
-"""Topic configuration of a broker (RocketMQ's TopicConfigManager), persisted as
+"""Topic configuration of a broker (RocketMQ's TopicTable), persisted as
 ``config/topics.json`` with a DataVersion that changes whenever a topic does, so the
 NameServer knows when to re-read them."""
 
@@ -138,7 +138,7 @@ class DataVersion:
                 "timestamp": self.timestamp}
 
 
-class TopicConfigManager:
+class TopicTable:
     """The topics of a broker, with their persistence and auto-creation rules."""
 
     def __init__(self, config: BrokerConfig, config_dir: str) -> None:

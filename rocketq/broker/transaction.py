@@ -56,7 +56,7 @@ def to_half(topic: str, queue_id: int, properties: str) -> tuple[str, int, str]:
         topic, queue_id, properties, **{Property.TRANSACTION_ID: uniq})
 
 
-class TransactionService:
+class Transactions:
     """Resolves half messages and checks the ones left open."""
 
     def __init__(self, broker: Broker) -> None:

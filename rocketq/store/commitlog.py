@@ -226,11 +226,6 @@ class CommitLog:
         size = self.record_size_at(offset)
         return self.view(offset, size) if size else None
 
-    def roll_next_offset(self, offset: int) -> int:
-        """The start of the file after the one holding ``offset``."""
-        size = self.config.mappedFileSizeCommitLog
-        return offset + size - offset % size
-
     # ------------------------------------------------------------------ writing
     def append(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Append records for ``messages`` in order and return where each landed.
@@ -406,10 +401,6 @@ class CommitLog:
         for cb in self.on_append:
             cb(base)
         return results
-
-    def msg_id(self, commitlog_offset: int) -> str:
-        """The offset message id of the record at ``commitlog_offset`` on this broker."""
-        return f"{self.msg_id_prefix}{commitlog_offset:016X}"
 
     # ------------------------------------------------------------------ scanning
     def scan(self, offset: int, end: int | None = None, *, limit: int = 4096,

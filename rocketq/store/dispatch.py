@@ -23,7 +23,7 @@ from ..protocol.message import (
 from ..protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
-from .index import IndexService
+from .index import Index
 
 #: TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN; the rest skipped.
 _FIELDS = struct.Struct(">ii4xi4xq8xi16xq8x4x8xi")
@@ -53,7 +53,7 @@ def _topic_info(raw_topic: bytes) -> tuple[str, bytes, int]:
 class Dispatcher:
     """Builds ConsumeQueue units and index entries from CommitLog records."""
 
-    def __init__(self, commitlog: CommitLog, index: IndexService | None,
+    def __init__(self, commitlog: CommitLog, index: Index | None,
                  get_queue: Callable[[str, int], ConsumeQueue],
                  delay_levels_ms: list[int] | None = None) -> None:
         self.commitlog = commitlog

@@ -244,7 +244,7 @@ class IndexFile:
         self.file.destroy()
 
 
-class IndexService:
+class Index:
     """The index files of a store, newest last."""
 
     def __init__(self, directory: str, slot_num: int, index_num: int) -> None:

@@ -41,8 +41,7 @@ from .config import MessageStoreConfig
 from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
 from .dispatch import Dispatcher
 from .errors import StoreClosedError
-from .index import IndexService
-from .mapped_file import MappedFile
+from .index import Index
 
 log = logging.getLogger("rocketq.store")
 
@@ -68,8 +67,7 @@ class GetStatus(enum.Enum):
 class GetResult:
     """Messages read from one queue: raw record bytes, never re-encoded.
 
-    ``buffers`` are memoryviews of the mapped CommitLog; ``segments`` gives the same bytes as
-    ``(fd, file position, length)`` runs for ``os.sendfile``. Call ``release()`` (or use the
+    ``buffers`` are memoryviews of the mapped CommitLog. Call ``release()`` (or use the
     result as a context manager) when done so deleted files can be unmapped.
     """
 
@@ -78,9 +76,6 @@ class GetResult:
     min_offset: int
     max_offset: int
     buffers: list[memoryview] = field(default_factory=list)
-    commitlog_offsets: list[int] = field(default_factory=list)
-    queue_offsets: list[int] = field(default_factory=list)
-    _locations: list[tuple[MappedFile, int, int]] = field(default_factory=list)
 
     @property
     def message_count(self) -> int:
@@ -94,16 +89,6 @@ class GetResult:
         """All records back to back, as a PULL_MESSAGE body."""
         return b"".join(self.buffers)
 
-    def segments(self) -> list[tuple[int, int, int]]:
-        """``(fd, position, length)`` runs covering the records, merged where contiguous."""
-        runs: list[list[int]] = []
-        for f, pos, size in self._locations:
-            if runs and runs[-1][0] == f.fd and runs[-1][1] + runs[-1][2] == pos:
-                runs[-1][2] += size
-            else:
-                runs.append([f.fd, pos, size])
-        return [(fd, pos, size) for fd, pos, size in runs]
-
     def decode(self, decompress: bool = True) -> list[MessageRecord]:
         return [decode_record(b, decompress=decompress) for b in self.buffers]
 
@@ -111,7 +96,6 @@ class GetResult:
         for b in self.buffers:
             b.release()
         self.buffers = []
-        self._locations = []
 
     def __enter__(self) -> GetResult:
         return self
@@ -249,7 +233,7 @@ class MessageStore:
         self.commitlog = CommitLog(config)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_lock = threading.Lock()
-        self.index = IndexService(config.store_path_index, config.maxHashSlotNum,
+        self.index = Index(config.store_path_index, config.maxHashSlotNum,
                                   config.maxIndexNum)
         self.checkpoint: Checkpoint | None = None
         self._dispatcher = Dispatcher(
@@ -262,7 +246,6 @@ class MessageStore:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._group_commit: _GroupCommit | None = None
-        self._topic_names: dict[bytes, str] = {}
         self.running = False
         self.recovered_abnormally = False
         self.last_clean_time = 0.0
@@ -589,11 +572,10 @@ class MessageStore:
         total = 0
         next_offset = offset
         removed = False
-        buffers, locations = result.buffers, result._locations
+        buffers = result.buffers
         for phys, size, code in UNIT.iter_unpack(units):
             if len(buffers) >= max_count or (buffers and total + size > max_bytes):
                 break
-            queue_offset = next_offset
             next_offset += 1
             if size <= 0:
                 continue
@@ -612,9 +594,6 @@ class MessageStore:
                 view.release()
                 continue
             buffers.append(view)
-            locations.append((f, pos, size))
-            result.commitlog_offsets.append(phys)
-            result.queue_offsets.append(queue_offset)
             total += size
         units.release()
         result.next_begin_offset = next_offset

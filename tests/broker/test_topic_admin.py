@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from rocketq.broker.config import BrokerConfig
-from rocketq.broker.topics import TopicConfig, TopicConfigManager
+from rocketq.broker.topics import TopicConfig, TopicTable
 from rocketq.protocol.codes import RequestCode as RC
 from rocketq.protocol.codes import ResponseCode
 from rocketq.protocol.command import RemotingCommand
@@ -153,7 +153,7 @@ def test_a_change_that_cannot_be_saved_leaves_memory_and_disk_as_they_were(clust
 @pytest.mark.parametrize("change", ["update", "delete", "create_in_send", "create_system"])
 def test_every_change_of_the_table_is_undone_when_it_cannot_be_saved(tmp_path, change):
     config_dir = str(tmp_path / "config")
-    topics = TopicConfigManager(BrokerConfig(), config_dir)
+    topics = TopicTable(BrokerConfig(), config_dir)
     topics.update(TopicConfig("Kept", 2, 2))
     before = {name: topic.to_json() for name, topic in topics.topics.items()}
     version = topics.data_version.to_json()
@@ -174,5 +174,5 @@ def test_every_change_of_the_table_is_undone_when_it_cannot_be_saved(tmp_path, c
     with open(topics.path, "rb") as fh:
         assert fh.read() == on_disk
     os.rmdir(topics.path + ".tmp")
-    reloaded = TopicConfigManager(BrokerConfig(), config_dir)
+    reloaded = TopicTable(BrokerConfig(), config_dir)
     assert {name: topic.to_json() for name, topic in reloaded.topics.items()} == before

@@ -113,9 +113,9 @@ def test_bulk_index_writes_the_same_bytes_as_one_at_a_time(tmp_path):
 
 
 def test_index_service_bulk_and_small_batches_agree(tmp_path):
-    from rocketq.store.index import IndexService
+    from rocketq.store.index import Index
 
-    service = IndexService(str(tmp_path / "index"), 31, 1000)
+    service = Index(str(tmp_path / "index"), 31, 1000)
     service.load()
     keys = [f"T#k{i % 40}".encode() for i in range(130)]
     service.put_many(keys[:100], list(range(100)), [1_700_000_000_000] * 100)  # bulk path

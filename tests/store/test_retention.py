@@ -54,7 +54,7 @@ def test_expired_files_deleted_at_delete_when(tmp_path):
         min_after = store.get_min_offset("T", 0)
         assert min_after > min_before
         g = store.get_messages("T", 0, min_after, 1)
-        assert g.status is GetStatus.FOUND and g.commitlog_offsets[0] >= second_start
+        assert g.status is GetStatus.FOUND and g.decode()[0].commitlog_offset >= second_start
         g.release()
         assert store.get_messages("T", 0, 0, 1).status is GetStatus.OFFSET_TOO_SMALL
         assert len(store.consume_queues[("T", 0)].files.files) < cq_files_before
