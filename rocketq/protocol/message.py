@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import mul
@@ -26,16 +26,72 @@ MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog file
 
-#: The fixed part of a record, up to and including BODYLEN.
-RECORD_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+#: The fixed part of a record, up to and including BODYLEN: each field's name and struct
+#: format, in order. Every other description of the layout is derived from this one.
+RECORD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("total_size", "i"), ("magic", "i"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
+    ("queue_offset", "q"), ("commitlog_offset", "q"), ("sysflag", "i"),
+    ("born_timestamp", "q"), ("born_ip", "4s"), ("born_port", "i"),
+    ("store_timestamp", "q"), ("store_ip", "4s"), ("store_port", "i"),
+    ("reconsume_times", "i"), ("prepared_transaction_offset", "q"), ("body_length", "i"),
+)
+
+
+class RecordStruct(struct.Struct):
+    """A Struct over a record's fixed part reading some of its fields: always the four the
+    walker checks (TOTALSIZE, MAGIC, SYSFLAG, BODYLEN), the rest as asked; :meth:`index`
+    says where a field is in the unpacked tuple."""
+
+    names: tuple[str, ...]
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+
+_WALKER_FIELDS = ("total_size", "magic", "sysflag", "body_length")
+
+
+def record_struct(*names: str) -> RecordStruct:
+    """A :class:`RecordStruct` reading ``names`` (and the fields the walker needs), skipping
+    the others as padding, for readers that need a few fields of many records."""
+    known = {name for name, _ in RECORD_FIELDS}
+    unknown = set(names) - known
+    if unknown:
+        raise ValueError(f"not record fields: {sorted(unknown)}")
+    wanted = set(names) | set(_WALKER_FIELDS)
+    fmt = [">"]
+    chosen = []
+    for name, code in RECORD_FIELDS:
+        if name in wanted:
+            fmt.append(code)
+            chosen.append(name)
+        else:
+            fmt.append(f"{struct.calcsize('>' + code)}x")
+    result = RecordStruct("".join(fmt))
+    result.names = tuple(chosen)
+    return result
+
+
+#: Every field of the fixed part.
+RECORD_HEADER = record_struct(*(name for name, _ in RECORD_FIELDS))
+_V6_HOSTS = 0x10 | 0x20  # SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 88
-#: A record's size is this plus body, topic and properties lengths.
+#: Where each field starts inside a record.
+RECORD_FIELD_POS: dict[str, int] = {
+    name: struct.calcsize(">" + "".join(code for _, code in RECORD_FIELDS[:i]))
+    for i, (name, _) in enumerate(RECORD_FIELDS)}
+#: A record's size is this plus body, topic and properties lengths (TOPICLEN u8,
+#: PROPERTIESLEN u16).
 RECORD_OVERHEAD = RECORD_HEADER_SIZE + 1 + 2  # 91
+#: The same without TOPICLEN, for writers that keep a topic with its length byte
+#: (:func:`topic_field`).
+RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 2  # 90
 #: Where STORETIMESTAMP lives inside a record.
-STORE_TIMESTAMP_POS = 56
+STORE_TIMESTAMP_POS = RECORD_FIELD_POS["store_timestamp"]
 STORE_TIMESTAMP = struct.Struct(">q")
 #: The first eight bytes: TOTALSIZE and MAGIC.
 SIZE_AND_MAGIC = struct.Struct(">ii")
+_SHORT = struct.Struct(">H")
 
 MAX_PROPERTIES_SIZE = 32767
 MAX_TOPIC_LENGTH = 127
@@ -257,61 +313,121 @@ class MessageRecord:
         return self.properties.get(Property.UNIQ_KEY) or self.offset_msg_id
 
 
-def encode_record(record: MessageRecord) -> bytes:
-    """Encode a record (v1, IPv4 hosts). The CommitLog builds its own on the append path."""
-    topic = record.topic.encode()
-    props = encode_properties(record.properties).encode()
+def topic_field(topic: bytes) -> bytes:
+    """TOPICLEN and TOPIC as a v1 record stores them; writers keep it per topic."""
     if len(topic) > MAX_TOPIC_LENGTH:
         raise MessageFormatError(f"topic longer than {MAX_TOPIC_LENGTH} bytes")
+    return bytes((len(topic),)) + topic
+
+
+_pack_header = RECORD_HEADER.pack
+_pack_short = _SHORT.pack
+_crc32 = zlib.crc32
+
+
+def record_parts(size: int, queue_id: int, flag: int, queue_offset: int, commitlog_offset: int,
+                 sysflag: int, born_timestamp: int, born_ip: bytes, born_port: int,
+                 store_timestamp: int, store_ip: bytes, store_port: int, reconsume_times: int,
+                 prepared_transaction_offset: int, body: bytes | memoryview, topic: bytes,
+                 properties: bytes | memoryview, properties_tail: bytes = b"",
+                 ) -> tuple[bytes | memoryview, ...]:
+    """The one record encoder (v1, IPv4 hosts): the pieces of a record, in order, to be
+    joined or copied into a file one after the other.
+
+    ``topic`` is a :func:`topic_field`; the stored properties are ``properties`` followed by
+    ``properties_tail`` (a batch element's properties and the suffix the broker adds, without
+    concatenating them first). ``size`` is the record's TOTALSIZE, ``RECORD_FIXED_SIZE`` plus
+    the lengths of body, topic and both property parts: writers compute it first to decide
+    where the record goes. Lengths are the caller's to check (:data:`MAX_PROPERTIES_SIZE`).
+    """
+    return (_pack_header(size, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag,
+                         queue_offset, commitlog_offset, sysflag, born_timestamp, born_ip,
+                         born_port, store_timestamp, store_ip, store_port, reconsume_times,
+                         prepared_transaction_offset, len(body)),
+            body, topic, _pack_short(len(properties) + len(properties_tail)), properties,
+            properties_tail)
+
+
+def encode_record(record: MessageRecord) -> bytes:
+    """Encode a decoded record again, byte for byte as the CommitLog writes it."""
+    topic = topic_field(record.topic.encode())
+    props = encode_properties(record.properties).encode()
     if len(props) > MAX_PROPERTIES_SIZE:
         raise MessageFormatError(f"properties longer than {MAX_PROPERTIES_SIZE} bytes")
     body = bytes(record.body)
-    total = RECORD_OVERHEAD + len(body) + len(topic) + len(props)
-    header = RECORD_HEADER.pack(
-        total, MAGIC_V1, body_crc(body), record.queue_id, record.flag, record.queue_offset,
-        record.commitlog_offset, record.sysflag, record.born_timestamp,
-        host_to_bytes(record.born_host[0]), record.born_host[1], record.store_timestamp,
-        host_to_bytes(record.store_host[0]), record.store_host[1], record.reconsume_times,
-        record.prepared_transaction_offset, len(body),
-    )
-    return b"".join((header, body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"),
-                     props))
+    size = RECORD_FIXED_SIZE + len(body) + len(topic) + len(props)
+    return b"".join(record_parts(
+        size, record.queue_id, record.flag, record.queue_offset, record.commitlog_offset,
+        record.sysflag, record.born_timestamp, host_to_bytes(record.born_host[0]),
+        record.born_host[1], record.store_timestamp, host_to_bytes(record.store_host[0]),
+        record.store_host[1], record.reconsume_times, record.prepared_transaction_offset,
+        body, topic, props))
 
 
-def record_layout(view: memoryview, pos: int = 0) -> tuple[tuple[Any, ...], int, int, int]:
-    """Check the record at ``pos`` and find its parts, without copying any: returns the 17
-    header fields (RECORD_HEADER), where the topic starts, the topic's length and where the
-    properties start (they run to the record's end). Never trusts a length: a bad one raises
-    MessageFormatError."""
-    end = len(view)
-    if end - pos < RECORD_HEADER_SIZE:
-        raise MessageFormatError("truncated record header")
-    fields = RECORD_HEADER.unpack_from(view, pos)
-    total, magic, sysflag, body_len = fields[0], fields[1], fields[7], fields[16]
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
-    if sysflag & (SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6):
-        raise MessageFormatError("IPv6 host records are not supported")
-    if total < RECORD_OVERHEAD or pos + total > end:
-        raise MessageFormatError(f"bad total size {total} at {pos}")
-    if body_len < 0 or RECORD_OVERHEAD + body_len > total:
-        raise MessageFormatError(f"bad body length {body_len} at {pos}")
-    p = pos + RECORD_HEADER_SIZE + body_len
-    if magic == MAGIC_V1:
-        topic_len = view[p]
-        p += 1
-    else:
-        topic_len = int.from_bytes(view[p:p + 2], "big")
-        p += 2
-    topic_at = p
-    p += topic_len
-    if p + 2 > pos + total:
-        raise MessageFormatError(f"bad topic length at {pos}")
-    props_len = int.from_bytes(view[p:p + 2], "big")
-    p += 2
-    if p + props_len != pos + total:
-        raise MessageFormatError(f"record lengths do not add up at {pos}")
-    return fields, topic_at, topic_len, p
+def walk_records(view: bytes | bytearray | memoryview | Any, pos: int = 0,
+                 end: int | None = None, *, header: RecordStruct = RECORD_HEADER,
+                 check_crc: bool = False) -> Iterator[tuple[int, tuple[Any, ...], int, int, int]]:
+    """The one checked walker over records laid back to back, from ``pos`` to ``end`` (the
+    buffer's end by default), copying nothing.
+
+    Yields per record ``(pos, fields, topic_at, topic_len, props_at)``: where it starts, the
+    fixed fields ``header`` reads (all of them by default; :func:`record_struct` makes a
+    narrower one for hot readers), where the topic starts, its length, and where the
+    properties start (they run to the record's end, ``pos + fields[0]``). Never trusts a
+    length: a bad one, a record running past ``end``, IPv6 hosts or, with ``check_crc`` (full
+    header only), a body whose CRC does not match raise MessageFormatError at that record,
+    after the sound ones before it were yielded. Decoding, dispatch, recovery, filters and the
+    Spark columns all read records through it.
+    """
+    if end is None:
+        end = len(view)
+    unpack = header.unpack_from
+    sysflag_at = header.index("sysflag")
+    if check_crc and header is not RECORD_HEADER:
+        raise ValueError("check_crc needs the full RECORD_HEADER")
+    while pos < end:
+        if end - pos < RECORD_HEADER_SIZE:
+            raise MessageFormatError(f"truncated record header at {pos}")
+        fields = unpack(view, pos)
+        total = fields[0]
+        magic = fields[1]
+        body_len = fields[-1]
+        if magic != MAGIC_V1 and magic != MAGIC_V2:
+            raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
+        if fields[sysflag_at] & _V6_HOSTS:
+            raise MessageFormatError(f"IPv6 host records are not supported (at {pos})")
+        record_end = pos + total
+        if total < RECORD_OVERHEAD or record_end > end:
+            raise MessageFormatError(f"bad total size {total} at {pos}")
+        if body_len < 0 or RECORD_OVERHEAD + body_len > total:
+            raise MessageFormatError(f"bad body length {body_len} at {pos}")
+        p = pos + RECORD_HEADER_SIZE + body_len
+        if magic == MAGIC_V1:
+            topic_len = view[p]
+            topic_at = p + 1
+        else:
+            topic_len = (view[p] << 8) | view[p + 1]
+            topic_at = p + 2
+        p = topic_at + topic_len
+        if p + 2 > record_end or p + 2 + ((view[p] << 8) | view[p + 1]) != record_end:
+            raise MessageFormatError(f"record lengths do not add up at {pos}")
+        if check_crc:
+            body_at = pos + RECORD_HEADER_SIZE
+            if _crc32(view[body_at:body_at + body_len]) & 0x7FFFFFFF != fields[2]:
+                raise MessageFormatError(f"body CRC mismatch at {pos}")
+        yield pos, fields, topic_at, topic_len, p + 2
+        pos = record_end
+
+
+def record_layout(view: bytes | bytearray | memoryview | Any, pos: int = 0,
+                  end: int | None = None, *, check_crc: bool = False,
+                  ) -> tuple[tuple[Any, ...], int, int, int]:
+    """The record at ``pos`` as :func:`walk_records` finds it: ``(fields, topic_at,
+    topic_len, props_at)``; MessageFormatError when there is no sound record there."""
+    for _pos, fields, topic_at, topic_len, props_at in walk_records(view, pos, end,
+                                                                   check_crc=check_crc):
+        return fields, topic_at, topic_len, props_at
+    raise MessageFormatError(f"no record at {pos}")
 
 
 def plain_body(body: bytes, sysflag: int) -> bytes:
@@ -329,36 +445,35 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
                   decompress: bool = False) -> MessageRecord:
     """Decode the record at ``pos``. Never trusts a length: a bad one raises MessageFormatError."""
     view = memoryview(buf)
-    fields, topic_at, topic_len, props_at = record_layout(view, pos)
+    fields, topic_at, topic_len, props_at = record_layout(view, pos, check_crc=check_crc)
+    return _record(view, pos, fields, topic_at, topic_len, props_at, decompress)
+
+
+def _record(view: memoryview, pos: int, fields: tuple[Any, ...], topic_at: int, topic_len: int,
+            props_at: int, decompress: bool) -> MessageRecord:
     (total, _magic, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_ip,
      born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = fields
     body_at = pos + RECORD_HEADER_SIZE
     body = bytes(view[body_at:body_at + body_len])
-    topic = bytes(view[topic_at:topic_at + topic_len]).decode()
-    props = decode_properties(view[props_at:pos + total])
-    if check_crc and body_crc(body) != crc:
-        raise MessageFormatError(f"body CRC mismatch at {pos}")
     if decompress:
         body = plain_body(body, sysflag)
     return MessageRecord(
-        topic=topic, body=body, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
+        topic=bytes(view[topic_at:topic_at + topic_len]).decode(), body=body,
+        queue_id=queue_id, flag=flag, queue_offset=queue_offset,
         commitlog_offset=phys, sysflag=sysflag, born_timestamp=born_ts,
         born_host=(socket.inet_ntoa(born_ip), born_port), store_timestamp=store_ts,
         store_host=(socket.inet_ntoa(store_ip), store_port), reconsume_times=reconsume,
-        prepared_transaction_offset=prepared, properties=props, body_crc=crc, store_size=total,
+        prepared_transaction_offset=prepared,
+        properties=decode_properties(view[props_at:pos + total]), body_crc=crc,
+        store_size=total,
     )
 
 
 def decode_records(buf: bytes | memoryview, *, decompress: bool = False) -> list[MessageRecord]:
     """Decode records laid back to back, as in a PULL_MESSAGE or QUERY_MESSAGE body."""
     view = memoryview(buf)
-    out = []
-    pos = 0
-    while pos < len(view):
-        rec = decode_record(view, pos, decompress=decompress)
-        out.append(rec)
-        pos += rec.store_size
-    return out
+    return [_record(view, pos, fields, topic_at, topic_len, props_at, decompress)
+            for pos, fields, topic_at, topic_len, props_at in walk_records(view)]
 
 
 _BATCH_ELEMENT = struct.Struct(">iiiii")
@@ -410,13 +525,5 @@ def encode_batch(elements: Sequence[tuple[int, bytes, str | bytes]]) -> bytes:
 def record_properties(record: bytes | memoryview) -> dict[str, str]:
     """The properties of an encoded record, without decoding the rest (for filters)."""
     view = memoryview(record)
-    magic = int.from_bytes(view[4:8], "big", signed=True)
-    body_len = int.from_bytes(view[84:88], "big", signed=True)
-    p = RECORD_HEADER_SIZE + body_len
-    if magic == MAGIC_V2:
-        topic_len = int.from_bytes(view[p:p + 2], "big")
-        p += 2 + topic_len
-    else:
-        p += 1 + view[p]
-    props_len = int.from_bytes(view[p:p + 2], "big")
-    return decode_properties(view[p + 2:p + 2 + props_len])
+    fields, _topic_at, _topic_len, props_at = record_layout(view)
+    return decode_properties(view[props_at:fields[0]])

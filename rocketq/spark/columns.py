@@ -18,7 +18,7 @@ from ..protocol.message import (
     create_offset_msg_id,
     decode_properties,
     plain_body,
-    record_layout,
+    walk_records,
 )
 
 ARROW_SCHEMA = pa.schema([
@@ -71,15 +71,12 @@ class RecordColumns:
         """Add the records laid back to back in ``buf`` whose queue offset is in
         ``[start, end)``; returns the highest queue offset seen plus one (or ``start``)."""
         view = memoryview(buf)
-        size = len(view)
-        pos = 0
         seen = start
-        while pos < size:
-            fields, _topic_at, _topic_len, props_at = record_layout(view, pos)
+        for record_at, fields, _topic_at, _topic_len, props_at in walk_records(view):
             (total, _magic, _crc, queue_id, _flag, queue_offset, phys, sysflag, born_ts,
              _born_ip, _born_port, store_ts, store_ip, store_port, reconsume, _prepared,
              body_len) = fields
-            record_at, pos = pos, pos + total
+            pos = record_at + total
             if queue_offset < start or (end is not None and queue_offset >= end):
                 continue
             seen = max(seen, queue_offset + 1)

@@ -9,10 +9,8 @@ ConsumeQueues, the IndexFile, waking long polls) is built from these bytes by th
 from __future__ import annotations
 
 import enum
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Sequence
 
 from ..protocol.message import (
@@ -20,9 +18,7 @@ from ..protocol.message import (
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_SIZE,
-    RECORD_HEADER,
-    RECORD_HEADER_SIZE,
-    RECORD_OVERHEAD,
+    RECORD_FIXED_SIZE,
     SIZE_AND_MAGIC,
     MessageFormatError,
     MessageRecord,
@@ -30,7 +26,10 @@ from ..protocol.message import (
     create_offset_msg_id,
     encode_properties,
     host_to_bytes,
+    record_parts,
     split_batch,
+    topic_field,
+    walk_records,
 )
 from ..protocol.topic import IllegalTopicError, validate_topic
 from .config import MessageStoreConfig
@@ -40,8 +39,6 @@ from .mapped_file import MappedFile, MappedFileQueue
 #: A file's tail needs room for at least the blank filler's size and magic.
 END_FILE_MIN_BLANK_LENGTH = 8
 _BLANK = SIZE_AND_MAGIC
-
-_SHORT = struct.Struct(">H")
 
 
 def _check_topic(topic: str) -> bytes:
@@ -248,14 +245,13 @@ class CommitLog:
             part = topic_parts.get(m.topic)
             if part is None:
                 part = self._topic_part(m.topic)
-            if 90 + len(m.body) + len(part) + len(m.properties) > self._max_record:
+            if RECORD_FIXED_SIZE + len(m.body) + len(part) + len(m.properties) > self._max_record:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
         with self.lock:
             return self._append_locked(messages)
 
     def _topic_part(self, topic: str) -> bytes:
-        raw = _check_topic(topic)
-        part = bytes((len(raw),)) + raw
+        part = topic_field(_check_topic(topic))
         if len(self._topic_parts) < 100_000:
             self._topic_parts[topic] = part
         return part
@@ -265,20 +261,17 @@ class CommitLog:
         queue_offsets = self.queue_offsets
         topic_parts = self._topic_parts
         store_host, store_port = self.store_host, self.store_port
-        pack = RECORD_HEADER.pack
-        pack_short = _SHORT.pack
-        crc32 = zlib.crc32
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
         f, base, free = self._tail()
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
         extend = parts.extend
         for m in messages:
             body = m.body
             props = m.properties
             topic_part = topic_parts.get(m.topic) or self._topic_part(m.topic)
-            size = 90 + len(body) + len(topic_part) + len(props)
+            size = RECORD_FIXED_SIZE + len(body) + len(topic_part) + len(props)
             if size + END_FILE_MIN_BLANK_LENGTH > free:
                 f, base, free = self._seal(f, free, parts)
             tran = m.sysflag & SysFlag.TRANSACTION_MASK
@@ -288,11 +281,10 @@ class CommitLog:
                 key = (m.topic, m.queue_id)
                 queue_offset = queue_offsets.get(key, 0)
                 queue_offsets[key] = queue_offset + 1
-            extend((pack(size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag,
-                         queue_offset, base, m.sysflag, m.born_timestamp, m.born_host,
-                         m.born_port, now, store_host, store_port, m.reconsume_times,
-                         m.prepared_transaction_offset, len(body)),
-                    body, topic_part, pack_short(len(props)), props))
+            extend(record_parts(size, m.queue_id, m.flag, queue_offset, base, m.sysflag,
+                                m.born_timestamp, m.born_host, m.born_port, now, store_host,
+                                store_port, m.reconsume_times, m.prepared_transaction_offset,
+                                body, topic_part, props))
             results.append(PutResult(ok, base, size, queue_offset, now, prefix))
             base += size
             free -= size
@@ -330,7 +322,7 @@ class CommitLog:
             raise MessageIllegalError(f"queue id {batch.queue_id} is negative")
         topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
         extra = len(batch.suffix)
-        fixed = 90 + len(topic_part) + extra
+        fixed = RECORD_FIXED_SIZE + len(topic_part) + extra
         max_body, max_record = self._max_body, self._max_record
         body = batch.body
         for _flag, _start, body_len, props_start, props_len in elements:
@@ -358,7 +350,7 @@ class CommitLog:
         # Java 4.9.x clients end an element's properties without the separator: it is added
         # before the suffix (protocol.message.join_properties says why).
         separated = b"\x02" + suffix if suffix else suffix
-        fixed = 90 + len(topic_part)
+        fixed = RECORD_FIXED_SIZE + len(topic_part)
         queue_id, sysflag = batch.queue_id, batch.sysflag
         born_ts, born_host, born_port = batch.born_timestamp, batch.born_host, batch.born_port
         reconsume = batch.reconsume_times
@@ -367,9 +359,6 @@ class CommitLog:
         counted = tran != SysFlag.TRANSACTION_PREPARED and tran != SysFlag.TRANSACTION_ROLLBACK
         key = (batch.topic, queue_id)
         queue_offset = self.queue_offsets.get(key, 0) if counted else 0
-        pack = RECORD_HEADER.pack
-        pack_short = _SHORT.pack
-        crc32 = zlib.crc32
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
@@ -383,12 +372,10 @@ class CommitLog:
             size = fixed + body_len + stored
             if size + END_FILE_MIN_BLANK_LENGTH > free:
                 f, base, free = self._seal(f, free, parts)
-            body = view[start:start + body_len]
-            extend((pack(size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag,
-                         queue_offset, base, sysflag, born_ts, born_host, born_port, now,
-                         store_host, store_port, reconsume, 0, body_len),
-                    body, topic_part, pack_short(stored),
-                    view[props_start:props_end], tail))
+            extend(record_parts(size, queue_id, flag, queue_offset, base, sysflag, born_ts,
+                                born_host, born_port, now, store_host, store_port, reconsume,
+                                0, view[start:start + body_len], topic_part,
+                                view[props_start:props_end], tail))
             results.append(PutResult(ok, base, size, queue_offset, now, prefix))
             if counted:
                 queue_offset += 1
@@ -409,12 +396,12 @@ class CommitLog:
 
         Returns ``(records, next_offset, stopped_bad)``: each record as ``(offset, view)``,
         the offset to continue from (blank fillers are stepped over into the next file), and
-        whether reading stopped at bytes that are not a sound record. With ``validate``, inner
-        lengths and the body CRC are checked too (recovery uses it to find a torn tail).
+        whether reading stopped at bytes that are not a sound record (checked by
+        ``protocol.message.walk_records``). With ``validate`` the body CRC is checked too
+        (recovery uses it to find a torn tail).
         """
         size_of_file = self.config.mappedFileSizeCommitLog
         out: list[tuple[int, memoryview]] = []
-        unpack = _BLANK.unpack_from
         while len(out) < limit:
             if end is not None and offset >= end:
                 return out, offset, False
@@ -423,47 +410,25 @@ class CommitLog:
                 return out, offset, False
             base = f.from_offset
             stop = f.wrote_position if end is None else min(f.wrote_position, end - base)
-            pos = offset - base
             view = f.view
-            while pos < stop and len(out) < limit:
-                if pos + 8 > stop:
-                    return out, base + pos, True
-                size, magic = unpack(view, pos)
-                if magic == BLANK_MAGIC and size > 0 and pos + size == size_of_file:
-                    pos = size_of_file
-                    break
-                if size == 0 and magic == 0:
-                    return out, base + pos, False  # zeros: the end of what was written
-                if size <= 0 or magic not in (MAGIC_V1, MAGIC_V2) or pos + size > stop:
-                    return out, base + pos, True
-                if validate and not _record_is_sound(view, pos, size):
-                    return out, base + pos, True
-                out.append((base + pos, view[pos:pos + size]))
-                pos += size
-            offset = base + pos
-            if pos < size_of_file:
+            nxt = offset - base  # where the next record starts
+            try:
+                for at, fields, _t, _tl, _p in walk_records(view, nxt, stop, check_crc=validate):
+                    nxt = at + fields[0]
+                    out.append((base + at, view[at:nxt]))
+                    if len(out) >= limit:
+                        return out, base + nxt, False
+            except MessageFormatError:
+                if nxt + 8 > stop:
+                    return out, base + nxt, True
+                size, magic = _BLANK.unpack_from(view, nxt)
+                if magic == BLANK_MAGIC and size > 0 and nxt + size == size_of_file:
+                    nxt = size_of_file  # the filler that closes a file: go on in the next
+                elif size == 0 and magic == 0:
+                    return out, base + nxt, False  # zeros: the end of what was written
+                else:
+                    return out, base + nxt, True
+            offset = base + nxt
+            if nxt < size_of_file:
                 return out, offset, False
         return out, offset, False
-
-
-def _record_is_sound(view: memoryview, pos: int, size: int) -> bool:
-    """Check a record's inner lengths and body CRC against its TOTALSIZE."""
-    if size < RECORD_OVERHEAD:
-        return False
-    (_, magic, crc, *_rest, body_len) = RECORD_HEADER.unpack_from(view, pos)
-    if body_len < 0 or RECORD_OVERHEAD + body_len > size:
-        return False
-    p = pos + RECORD_HEADER_SIZE + body_len
-    if magic == MAGIC_V1:
-        topic_len = view[p]
-        p += 1 + topic_len
-    else:
-        topic_len = int.from_bytes(view[p:p + 2], "big")
-        p += 2 + topic_len
-    if p + 2 > pos + size:
-        return False
-    props_len = int.from_bytes(view[p:p + 2], "big")
-    if p + 2 + props_len != pos + size:
-        return False
-    body = view[pos + RECORD_HEADER_SIZE:pos + RECORD_HEADER_SIZE + body_len]
-    return zlib.crc32(body) & 0x7FFFFFFF == crc

@@ -8,26 +8,27 @@ bound for the same queue are written as one contiguous run, and index keys are h
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 from ..protocol.message import (
     BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     SIZE_AND_MAGIC,
+    MessageFormatError,
     SysFlag,
     java_hash,
     property_value,
+    record_struct,
+    walk_records,
 )
 from ..protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .index import Index
 
-#: TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN; the rest skipped.
-_FIELDS = struct.Struct(">ii4xi4xq8xi16xq8x4x8xi")
-_HEADER_SIZE = 88
+#: The fixed fields dispatch reads (the walker's own four come with them).
+_HEADER = record_struct("queue_id", "queue_offset", "store_timestamp")
+_QUEUE_ID, _QUEUE_OFFSET, _SYSFLAG, _STORE_TIMESTAMP = (
+    _HEADER.index(name) for name in ("queue_id", "queue_offset", "sysflag", "store_timestamp"))
 _TAGS = b"TAGS"
 _HAS_TAGS = b"TAGS\x01"
 _DELAY = b"DELAY"
@@ -92,7 +93,7 @@ class Dispatcher:
         """
         commitlog = self.commitlog
         file_size = commitlog.config.mappedFileSizeCommitLog
-        unpack = _FIELDS.unpack_from
+        walk = walk_records
         topics = self._topics
         tag_codes = self._tag_codes
         runs: dict[tuple[str, int], list] = {}
@@ -108,85 +109,79 @@ class Dispatcher:
                 break
             base = f.from_offset
             mm = f.mm
-            pos = offset - base
+            nxt = offset - base  # where the next record starts
             stop = min(f.wrote_position, end - base)
-            while pos < stop and count < limit:
-                if pos + _HEADER_SIZE > file_size:  # only the blank filler fits here
-                    if SIZE_AND_MAGIC.unpack_from(mm, pos)[1] != BLANK_MAGIC:
-                        raise ValueError(f"no record at CommitLog offset {base + pos}")
-                    pos = file_size
-                    break
-                size, magic, queue_id, queue_offset, sysflag, store_ts, body_len = unpack(mm, pos)
-                if magic != MAGIC_V1:
-                    if magic == BLANK_MAGIC:
-                        pos = file_size
+            try:
+                for pos, fields, topic_at, topic_len, props_at in walk(mm, nxt, stop,
+                                                                        header=_HEADER):
+                    size = fields[0]
+                    nxt = pos + size
+                    raw_topic = mm[topic_at:topic_at + topic_len]
+                    props = mm[props_at:nxt]
+                    queue_id, queue_offset, sysflag, store_ts = (
+                        fields[_QUEUE_ID], fields[_QUEUE_OFFSET], fields[_SYSFLAG],
+                        fields[_STORE_TIMESTAMP])
+                    info = topics.get(raw_topic)
+                    if info is None:
+                        info = topics[raw_topic] = _topic_info(raw_topic)
+                    topic, prefix, kind = info
+                    phys = base + pos
+                    if sysflag & SysFlag.TRANSACTION_MASK not in _HIDDEN:
+                        code = 0
+                        if kind == _PLAIN:
+                            if _HAS_TAGS in props:
+                                tags = property_value(props, _TAGS)
+                                if tags:
+                                    code = tag_codes.get(tags)
+                                    if code is None:
+                                        code = self._tag_code(tags)
+                        elif kind == _SCHEDULED:
+                            # Delayed messages: the unit carries the delivery time, not a tag.
+                            code = self._deliver_at(props, store_ts)
+                        else:
+                            due = property_value(props, _TIMER_OUT) if props else None
+                            code = int(due) if due and due.isdigit() else store_ts
+                        key = (topic, queue_id)
+                        run = runs.get(key)
+                        if run is None:
+                            runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
+                        elif run[1] == queue_offset:
+                            run[1] += 1
+                            run[2] += (phys, size, code)
+                        else:
+                            self._write_run(key, run)
+                            runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
+                    if index is not None and props and phys > index_from:
+                        # UNIQ_KEY is on nearly every record: found inline, not by a call.
+                        i = props.find(_HAS_UNIQ)
+                        if i > 0 and props[i - 1] != 2:  # inside another value: parse properly
+                            uniq = property_value(props, _UNIQ)
+                        elif i >= 0:
+                            j = props.find(b"\x02", i + 9)
+                            uniq = props[i + 9:j] if j >= 0 else props[i + 9:]
+                        else:
+                            uniq = None
+                        if uniq:
+                            index_keys.append(prefix + uniq)
+                            index_offsets.append(phys)
+                            index_times.append(store_ts)
+                        keys = property_value(props, _KEYS) if _HAS_KEYS in props else None
+                        if keys:
+                            for k in keys.split(b" "):
+                                if k:
+                                    index_keys.append(prefix + k)
+                                    index_offsets.append(phys)
+                                    index_times.append(store_ts)
+                    count += 1
+                    if count >= limit:
                         break
-                    if magic != MAGIC_V2 or size <= 0:
-                        raise ValueError(f"no record at CommitLog offset {base + pos}")
-                # The record's tail: topic length, topic, properties length, properties.
-                tail = mm[pos + _HEADER_SIZE + body_len:pos + size]
-                if magic == MAGIC_V1:
-                    t = 1 + tail[0]
-                    raw_topic = tail[1:t]
-                else:
-                    t = 2 + ((tail[0] << 8) | tail[1])
-                    raw_topic = tail[2:t]
-                props = tail[t + 2:]
-                info = topics.get(raw_topic)
-                if info is None:
-                    info = topics[raw_topic] = _topic_info(raw_topic)
-                topic, prefix, kind = info
-                phys = base + pos
-                if sysflag & SysFlag.TRANSACTION_MASK not in _HIDDEN:
-                    code = 0
-                    if kind == _PLAIN:
-                        if _HAS_TAGS in props:
-                            tags = property_value(props, _TAGS)
-                            if tags:
-                                code = tag_codes.get(tags)
-                                if code is None:
-                                    code = self._tag_code(tags)
-                    elif kind == _SCHEDULED:
-                        # Delayed messages: the unit carries the delivery time, not a tag.
-                        code = self._deliver_at(props, store_ts)
-                    else:
-                        due = property_value(props, _TIMER_OUT) if props else None
-                        code = int(due) if due and due.isdigit() else store_ts
-                    key = (topic, queue_id)
-                    run = runs.get(key)
-                    if run is None:
-                        runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
-                    elif run[1] == queue_offset:
-                        run[1] += 1
-                        run[2] += (phys, size, code)
-                    else:
-                        self._write_run(key, run)
-                        runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
-                if index is not None and props and phys > index_from:
-                    # UNIQ_KEY is on nearly every record: found inline, not by a call.
-                    i = props.find(_HAS_UNIQ)
-                    if i > 0 and props[i - 1] != 2:  # inside another value: parse properly
-                        uniq = property_value(props, _UNIQ)
-                    elif i >= 0:
-                        j = props.find(b"\x02", i + 9)
-                        uniq = props[i + 9:j] if j >= 0 else props[i + 9:]
-                    else:
-                        uniq = None
-                    if uniq:
-                        index_keys.append(prefix + uniq)
-                        index_offsets.append(phys)
-                        index_times.append(store_ts)
-                    keys = property_value(props, _KEYS) if _HAS_KEYS in props else None
-                    if keys:
-                        for k in keys.split(b" "):
-                            if k:
-                                index_keys.append(prefix + k)
-                                index_offsets.append(phys)
-                                index_times.append(store_ts)
-                pos += size
-                count += 1
-            offset = base + pos
-            if pos < file_size and pos >= f.wrote_position:
+            except MessageFormatError as exc:
+                if SIZE_AND_MAGIC.unpack_from(mm, nxt)[1] != BLANK_MAGIC:
+                    raise ValueError(f"no record at CommitLog offset {base + nxt}: {exc}") \
+                        from None
+                nxt = file_size  # the filler that closes a file: go on in the next one
+            offset = base + nxt
+            if nxt < file_size and nxt >= f.wrote_position:
                 break
         grown = {}
         for key, run in runs.items():
