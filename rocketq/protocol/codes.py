@@ -135,3 +135,13 @@ class LanguageCode(enum.IntEnum):
 #: The protocol version rocketq announces: RocketMQ 5.3.3's ordinal. Java clients store the
 #: broker's heartbeat-response version and refuse SQL92 pulls below 232.
 CURRENT_VERSION = 479
+
+
+class PullSysFlag:
+    """Bits of a PULL_MESSAGE request's ``sysFlag`` (RocketMQ's PullSysFlag)."""
+
+    COMMIT_OFFSET = 0x1  # the request carries the consumer's offset to commit
+    SUSPEND = 0x2  # the broker may hold the request until messages arrive (long polling)
+    SUBSCRIPTION = 0x4  # the request carries its subscription expression
+    CLASS_FILTER = 0x8
+    LITE_PULL = 0x10

@@ -20,6 +20,25 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
 
+class Perm:
+    """Permission bits of a topic or broker (RocketMQ's PermName)."""
+
+    PRIORITY = 8
+    READ = 4
+    WRITE = 2
+    INHERIT = 1  # the default topic's: auto-created topics inherit its queues
+
+    @staticmethod
+    def to_string(perm: int) -> str:
+        """RocketMQ's rendering of permission bits, e.g. ``RW-``."""
+        return (("R" if perm & Perm.READ else "-") + ("W" if perm & Perm.WRITE else "-")
+                + ("X" if perm & Perm.INHERIT else "-"))
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
 class IllegalTopicError(ValueError):
     """A topic name RocketMQ would refuse."""
 
