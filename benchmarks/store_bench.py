@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+from rocketq.broker.store_writer import StoreWriter
 from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
 
 BODY_SIZE = 128
@@ -84,12 +85,13 @@ def bench_async(root: str, count: int, batch: int) -> dict[str, float]:
 
 def bench_sync(root: str, writers: int, seconds: float) -> float:
     store = MessageStore(config(root, "SYNC_FLUSH"))
+    store_writer = StoreWriter(store)
     body = os.urandom(BODY_SIZE)
 
     async def writer(n: int, deadline: float) -> int:
         done = 0
         while time.perf_counter() < deadline:
-            await store.put_message_async(StoreMessage(
+            await store_writer.put_message(StoreMessage(
                 TOPIC, body, n % QUEUES, properties=f"UNIQ_KEY\x01{n:08X}{done:024X}\x02".encode()))
             done += 1
         return done
@@ -103,6 +105,7 @@ def bench_sync(root: str, writers: int, seconds: float) -> float:
         return asyncio.run(main())
     finally:
         store.close()
+        store_writer.close()
 
 
 def bench_read(root: str, count: int, pull_size: int) -> float:

@@ -1,5 +1,10 @@
-"""Admin requests of a broker: UPDATE_BROKER_CONFIG, and bad fields of admin requests
-answered INVALID_PARAMETER.
+"""Admin requests of a broker (RocketMQ's AdminBrokerProcessor): topics, the broker's config,
+runtime info and statistics, the connections of producer and consumer groups; and bad fields
+of admin requests answered INVALID_PARAMETER.
+
+UPDATE_AND_CREATE_TOPIC (17) checks every field before anything changes, and the table changes
+in memory only once it is saved. DELETE_TOPIC_IN_BROKER (215) drops the topic, its consumer
+offsets and its queues.
 
 UPDATE_BROKER_CONFIG (mqadmin ``updateBrokerConfig -k KEY -v VALUE``) carries Java properties
 text in its body, as AdminBrokerProcessor.updateBrokerConfig reads it with
@@ -13,17 +18,22 @@ a change survives a restart and a change that cannot be saved is not made.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.topic import AUTO_CREATE_TOPIC_KEY
 from ..remoting import Connection
+from .clients import ClientChannel, ClientTable
 from .config import (
+    BrokerConfig,
     ConfigUpdateError,
     apply_settings,
     check_settings,
@@ -31,9 +41,11 @@ from .config import (
     parse_properties,
     save_overrides,
 )
+from .offsets import ConsumerOffsets
+from .topics import TopicConfigError, TopicTable, topic_config_from_request
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore, MessageStoreConfig
 
 log = logging.getLogger("rocketq.broker")
 
@@ -54,16 +66,15 @@ ADMIN_CODES = (
 )
 
 
-def admin_handlers(broker: Broker) -> dict[int, Handler]:
-    """Handlers to add to the broker's table: UPDATE_BROKER_CONFIG, and the broker's
-    handlers of ADMIN_CODES wrapped so that a bad header field answers INVALID_PARAMETER."""
-    handlers: dict[int, Handler] = {
-        RequestCode.UPDATE_BROKER_CONFIG: functools.partial(update_broker_config, broker)}
+def guard_admin_fields(handlers: dict[int, Handler]) -> dict[int, Handler]:
+    """``handlers`` with those of ADMIN_CODES wrapped so that a bad header field answers
+    INVALID_PARAMETER."""
+    guarded = dict(handlers)
     for code in ADMIN_CODES:
-        handler = handlers.get(code) or broker._handlers.get(code)
+        handler = handlers.get(code)
         if handler is not None:
-            handlers[code] = _invalid_parameter_on_bad_field(handler)
-    return handlers
+            guarded[code] = _invalid_parameter_on_bad_field(handler)
+    return guarded
 
 
 def _invalid_parameter_on_bad_field(handler: Handler) -> Handler:
@@ -85,61 +96,258 @@ async def _awaited(pending: Any, cmd: RemotingCommand) -> Any:
         return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
 
 
-def update_broker_config(broker: Broker, conn: Connection, cmd: RemotingCommand
-                         ) -> RemotingCommand:
-    """UPDATE_BROKER_CONFIG: check every key, save, apply, and take the changes up where
-    they are not read on each use."""
-    try:
-        text = cmd.body.decode("utf-8")
-    except UnicodeDecodeError:
-        return cmd.response(ResponseCode.INVALID_PARAMETER,
-                            remark="the body is not UTF-8 properties text")
-    try:
-        values = check_settings(parse_properties(text))
-    except ConfigUpdateError as exc:
-        code = ResponseCode.NO_PERMISSION if exc.static else ResponseCode.INVALID_PARAMETER
-        return cmd.response(code, remark=str(exc))
-    if not values:
-        return cmd.response()
-    path = overrides_path(broker.store_config)
-    try:
-        save_overrides(path, values)
-    except OSError as exc:
-        log.error("broker config not changed: %s cannot be saved: %s", path, exc)
-        return cmd.response(ResponseCode.SYSTEM_ERROR,
-                            remark=f"the broker config cannot be saved, nothing changed: {exc}")
-    before = {k: getattr(broker.config, k, getattr(broker.store_config, k, None))
-              for k in values}
-    apply_settings(broker.config, broker.store_config, values)
-    log.info("broker config changed by %s:%s: %s", *conn.peer[:2], ", ".join(
-        f"{k}={v}" for k, v in sorted(values.items())))
-    _take_up(broker, values, before)
-    return cmd.response()
+def _mq(broker_name: str, topic: str, queue_id: int) -> dict[str, Any]:
+    return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}
 
 
-def _take_up(broker: Broker, values: dict[str, Any], before: dict[str, Any]) -> None:
-    """Make the changes that are not read on each use take effect."""
-    if "maxMessageSize" in values or "syncFlushTimeout" in values:
-        broker.store.reload_config()
-    # Restart the wait with the new period; register with the new NameServers at once.
-    reregister = "registerNameServerPeriod" in values or "namesrvAddr" in values
-    if "autoCreateTopicEnable" in values and values["autoCreateTopicEnable"] != before[
-            "autoCreateTopicEnable"]:
-        # As at start: TBW102 exists while auto-creation is on, so clients find its route.
+def _connection(channel: ClientChannel) -> dict[str, Any]:
+    peer = channel.connection.peer
+    return {"clientId": channel.client_id, "clientAddr": f"{peer[0]}:{peer[1]}",
+            "language": channel.language, "version": channel.version}
+
+
+class AdminRequests:
+    """Serves the admin requests over the broker's config, topics, offsets, client table and
+    store; ``runtime_info`` builds the GET_BROKER_RUNTIME_INFO table."""
+
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig,
+                 store: Callable[[], MessageStore], topics: TopicTable,
+                 offsets: ConsumerOffsets, clients: ClientTable,
+                 topics_changed: Callable[[], None],
+                 runtime_info: Callable[[], dict[str, str]]) -> None:
+        self.config = config
+        self.store_config = store_config
+        self._store = store  # the store exists once the broker has started
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.topics_changed = topics_changed
+        self.runtime_info = runtime_info
+
+    @property
+    def store(self) -> MessageStore:
+        return self._store()
+
+    def handlers(self) -> dict[int, Handler]:
+        """The request handlers to add to the broker's table."""
+        return {RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+                RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+                RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+                RequestCode.GET_TOPIC_CONFIG: self.topic_config,
+                RequestCode.GET_BROKER_RUNTIME_INFO: self.broker_runtime_info,
+                RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
+                RequestCode.GET_CONSUME_STATS: self.consume_stats,
+                RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+                RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+                RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
+                RequestCode.GET_BROKER_CONFIG: self.broker_config,
+                RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_AND_CREATE_TOPIC: every field is checked before anything changes, and the
+        table changes in memory only once it is saved."""
         try:
-            if values["autoCreateTopicEnable"]:
-                if broker.topics.get(AUTO_CREATE_TOPIC_KEY) is None:
-                    broker.topics.update(broker.topics.auto_create_topic())
-            else:
-                broker.topics.delete(AUTO_CREATE_TOPIC_KEY)
-            reregister = True
+            config = topic_config_from_request(cmd.ext_fields)
+        except TopicConfigError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        topic = config.topic_name
+        if topic == self.config.brokerClusterName or topic == self.config.brokerName:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark=f"the topic[{topic}] is conflict with system topic")
+        try:
+            self.topics.update(config)
         except OSError as exc:
-            log.error("TBW102 not changed (the broker will at its next start): %s", exc)
-    if "brokerPermission" in values and values["brokerPermission"] != before[
-            "brokerPermission"]:
-        # The registration applies the broker's permission to its topics; a new DataVersion
-        # makes the NameServers read them again (AdminBrokerProcessor does the same).
-        broker.topics.next_version()
-        reregister = True
-    if reregister:
-        broker.topics_changed()
+            log.error("topic %s not changed: %s cannot be saved: %s", topic, self.topics.path,
+                      exc)
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"the topic config cannot be saved, nothing changed: "
+                                       f"{exc}")
+        self.topics_changed()
+        return cmd.response()
+
+    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """DELETE_TOPIC_IN_BROKER: the topic, its consumer offsets and its queues go."""
+        topic = cmd.field("topic") or ""
+        self.topics.delete(topic)
+        self.offsets.remove_topic(topic)
+        self.store.delete_topics([topic])
+        self.topics_changed()
+        return cmd.response()
+
+    def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_TOPIC_CONFIG: the topic table with its DataVersion."""
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(self.topics.register_body()))
+
+    def topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_TOPIC_CONFIG: one topic's config."""
+        topic = self.topics.get(cmd.field("topic") or "")
+        if topic is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark="No topic in this broker.")
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=orjson.dumps({"topicConfig": topic.to_json()}))
+
+    # ------------------------------------------------------------------ runtime and stats
+    def broker_runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO: the table mqadmin's clusterList and brokerStatus read."""
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=orjson.dumps({"table": self.runtime_info()}))
+
+    def _queue_ids(self, topic: str) -> list[int]:
+        config = self.topics.get(topic)
+        return list(range(config.read_queue_nums)) if config else self.store.queue_ids(topic)
+
+    def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO: each queue's min and max offset and last store time."""
+        store = self.store
+        topic = cmd.field("topic") or ""
+        if self.topics.get(topic) is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                remark=f"topic[{topic}] not exist")
+        items = []
+        for qid in self._queue_ids(topic):
+            max_offset = store.get_max_offset(topic, qid)
+            last = (store.get_message_store_timestamp(topic, qid, max_offset - 1)
+                    if max_offset > 0 else None)
+            items.append((_mq(self.config.brokerName, topic, qid), {
+                "minOffset": store.get_min_offset(topic, qid), "maxOffset": max_offset,
+                "lastUpdateTimestamp": last or 0}))
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(
+            {"offsetTable": fastjson.ObjectKeyMap(items)}))
+
+    def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUME_STATS: a group's offsets against each queue's max offset, in one topic
+        or in every topic it has offsets in or subscribes to."""
+        store = self.store
+        group = cmd.field("consumerGroup") or ""
+        wanted = cmd.field("topic")
+        topics = [wanted] if wanted else self.offsets.topics_of_group(group)
+        if not wanted:
+            g = self.clients.consumers.get(group)
+            if g is not None:
+                topics = sorted(set(topics) | set(g.subscriptions))
+        items = []
+        for topic in topics:
+            if self.topics.get(topic) is None:
+                continue
+            for qid in self._queue_ids(topic):
+                consumer = self.offsets.query(group, topic, qid)
+                broker_offset = store.get_max_offset(topic, qid)
+                last = None
+                if consumer is not None and consumer > 0:
+                    last = store.get_message_store_timestamp(topic, qid, consumer - 1)
+                items.append((_mq(self.config.brokerName, topic, qid), {
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer if consumer is not None else 0,
+                    "pullOffset": consumer if consumer is not None else 0,
+                    "lastTimestamp": last or 0}))
+        if not items:
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                remark=f"the consumer group[{group}] not online")
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(
+            {"offsetTable": fastjson.ObjectKeyMap(items), "consumeTps": 0.0}))
+
+    # ------------------------------------------------------------------ connections
+    def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST: a consumer group's members and subscriptions."""
+        group = self.clients.consumers.get(cmd.field("consumerGroup") or "")
+        if group is None or not group.channels:
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                remark=f"the consumer group[{cmd.field('consumerGroup')}] not "
+                                       "online")
+        body = {
+            "connectionSet": [_connection(ch) for ch in group.channels.values()],
+            "subscriptionTable": {t: s.to_json() for t, s in group.subscriptions.items()},
+            "consumeType": group.consume_type, "messageModel": group.message_model,
+            "consumeFromWhere": group.consume_from_where,
+        }
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def producer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: a producer group's members."""
+        members = self.clients.producers.get(cmd.field("producerGroup") or "") or {}
+        if not members:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="the producer group not exist")
+        body = {"connectionSet": [_connection(ch) for ch in members.values()]}
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def consumed_by(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups with offsets in or a subscription to a
+        topic."""
+        topic = cmd.field("topic") or ""
+        groups = set(self.offsets.groups_of_topic(topic))
+        groups |= {g.name for g in self.clients.consumers.values() if topic in g.subscriptions}
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=orjson.dumps({"groupList": sorted(groups)}))
+
+    # ------------------------------------------------------------------ broker config
+    def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONFIG: every broker and store setting as properties text."""
+        values = {f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config)
+                  if f.name != "unknown"}
+        values.update({f.name: getattr(self.store_config, f.name)
+                       for f in dataclasses.fields(self.store_config) if f.name != "unknown"})
+        text = "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+                       for k, v in sorted(values.items()))
+        return cmd.response(ResponseCode.SUCCESS, {"version": orjson.dumps(
+            self.topics.data_version.to_json()).decode()}, text.encode())
+
+    def update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: check every key, save, apply, and take the changes up where
+        they are not read on each use."""
+        try:
+            text = cmd.body.decode("utf-8")
+        except UnicodeDecodeError:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark="the body is not UTF-8 properties text")
+        try:
+            values = check_settings(parse_properties(text))
+        except ConfigUpdateError as exc:
+            code = ResponseCode.NO_PERMISSION if exc.static else ResponseCode.INVALID_PARAMETER
+            return cmd.response(code, remark=str(exc))
+        if not values:
+            return cmd.response()
+        path = overrides_path(self.store_config)
+        try:
+            save_overrides(path, values)
+        except OSError as exc:
+            log.error("broker config not changed: %s cannot be saved: %s", path, exc)
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"the broker config cannot be saved, nothing changed: "
+                                       f"{exc}")
+        before = {k: getattr(self.config, k, getattr(self.store_config, k, None))
+                  for k in values}
+        apply_settings(self.config, self.store_config, values)
+        log.info("broker config changed by %s:%s: %s", *conn.peer[:2], ", ".join(
+            f"{k}={v}" for k, v in sorted(values.items())))
+        self._take_up(values, before)
+        return cmd.response()
+
+    def _take_up(self, values: dict[str, Any], before: dict[str, Any]) -> None:
+        """Make the changes that are not read on each use take effect."""
+        if "maxMessageSize" in values or "syncFlushTimeout" in values:
+            self.store.reload_config()
+        # Restart the wait with the new period; register with the new NameServers at once.
+        reregister = "registerNameServerPeriod" in values or "namesrvAddr" in values
+        topics = self.topics
+        if "autoCreateTopicEnable" in values and values["autoCreateTopicEnable"] != before[
+                "autoCreateTopicEnable"]:
+            # As at start: TBW102 exists while auto-creation is on, so clients find its route.
+            try:
+                if values["autoCreateTopicEnable"]:
+                    if topics.get(AUTO_CREATE_TOPIC_KEY) is None:
+                        topics.update(topics.auto_create_topic())
+                else:
+                    topics.delete(AUTO_CREATE_TOPIC_KEY)
+                reregister = True
+            except OSError as exc:
+                log.error("TBW102 not changed (the broker will at its next start): %s", exc)
+        if "brokerPermission" in values and values["brokerPermission"] != before[
+                "brokerPermission"]:
+            # The registration applies the broker's permission to its topics; a new
+            # DataVersion makes the NameServers read them again (AdminBrokerProcessor does
+            # the same).
+            topics.next_version()
+            reregister = True
+        if reregister:
+            self.topics_changed()

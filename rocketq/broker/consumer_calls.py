@@ -52,7 +52,6 @@ from .topics import TopicTable
 
 if TYPE_CHECKING:
     from ..store import MessageStore
-    from . import Broker
 
 log = logging.getLogger("rocketq.broker")
 
@@ -255,10 +254,3 @@ class ConsumerCalls:
                                 remark=f"invoke consumer <{group}> <{client_id}> Exception: "
                                        f"{exc}")
         return cmd.response(answer.code, answer.ext_fields, answer.body, answer.remark)
-
-
-def consumer_call_handlers(broker: Broker) -> dict[int, Handler]:
-    """ConsumerCalls' handlers, wired to a broker's parts."""
-    calls = ConsumerCalls(broker.topics, broker.offsets, broker.clients,
-                          broker.config.brokerName, lambda: broker.store)
-    return calls.handlers()

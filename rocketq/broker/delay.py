@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -30,7 +31,7 @@ from ..store import StoreMessage
 from .topics import _atomic_write
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore, MessageStoreConfig, PutResult
 
 log = logging.getLogger("rocketq.broker")
 
@@ -91,11 +92,16 @@ def record_to_real(record: MessageRecord) -> StoreMessage:
 
 
 class DelayDelivery:
-    """Delivers due messages of every delay level."""
+    """Delivers due messages of every delay level from the store's schedule topic back into
+    the store; its progress is kept in ``config_dir``."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.path = os.path.join(broker.config_dir, "delayOffset.json")
+    def __init__(self, config_dir: str, store_config: MessageStoreConfig,
+                 store: Callable[[], MessageStore],
+                 put: Callable[..., Awaitable[list[PutResult]]]) -> None:
+        self.store_config = store_config
+        self._store = store  # the store exists once the broker has started
+        self.put = put  # how the broker's loop writes to the store
+        self.path = os.path.join(config_dir, "delayOffset.json")
         self.offsets: dict[int, int] = {}
         self.delivered = 0
         self._wake = asyncio.Event()
@@ -105,8 +111,12 @@ class DelayDelivery:
             self.offsets = {int(k): int(v) for k, v in table.items()}
 
     @property
+    def store(self) -> MessageStore:
+        return self._store()
+
+    @property
     def levels(self) -> int:
-        return len(self.broker.store_config.delay_levels_ms)
+        return len(self.store_config.delay_levels_ms)
 
     def wake(self) -> None:
         self._wake.set()
@@ -116,7 +126,8 @@ class DelayDelivery:
         _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
     async def run(self) -> None:
-        while not self.broker._stopping:
+        """Deliver due messages as they fall due, until cancelled."""
+        while True:
             next_due = await self.deliver_due()
             timeout = 0.1 if next_due is None else max(0.0, min(0.1, next_due - time.time()))
             self._wake.clear()
@@ -127,7 +138,7 @@ class DelayDelivery:
 
     async def deliver_due(self) -> float | None:
         """Re-put every due message; return when the next one falls due (epoch seconds)."""
-        store = self.broker.store
+        store = self.store
         now_ms = int(time.time() * 1000)
         next_due: float | None = None
         for level in range(1, self.levels + 1):
@@ -155,7 +166,7 @@ class DelayDelivery:
                     scanned += 1
                 if due:
                     try:
-                        await store.put_messages_async(due)
+                        await self.put(due)
                     except Exception:
                         log.exception("delivering %d delayed message(s) of level %d failed",
                                       len(due), level)

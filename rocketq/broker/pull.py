@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..protocol.codes import ResponseCode
@@ -18,10 +19,15 @@ from ..protocol.message import record_properties
 from ..protocol.sql92 import SqlError, compile_selector
 from ..remoting import Connection
 from ..store import GetStatus
-from .config import PERM_READ
+from .clients import ClientTable
+from .config import PERM_READ, BrokerConfig
+from .offsets import ConsumerOffsets
+from .stats import Stats
+from .subscription_groups import SubscriptionGroupTable
+from .topics import TopicTable
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -40,23 +46,42 @@ _STATUS_CODES = {
 
 
 class PullProcessor:
-    """Serves pulls and holds the ones that wait for messages."""
+    """Serves pulls and holds the ones that wait for messages: checks them against the
+    broker's config, subscription groups, topics and the subscriptions in the client table,
+    commits the offsets they carry, reads the store and counts them in its stats."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store: Callable[[], MessageStore],
+                 topics: TopicTable, subscription_groups: SubscriptionGroupTable,
+                 clients: ClientTable, offsets: ConsumerOffsets, stats: Stats) -> None:
+        self.config = config
+        self._store = store  # the store exists once the broker has started
+        self.topics = topics
+        self.subscription_groups = subscription_groups
+        self.clients = clients
+        self.offsets = offsets
+        self.stats = stats
         self.waiting: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._subscriptions: dict[tuple[str, str, str], Subscription] = {}
 
+    @property
+    def store(self) -> MessageStore:
+        return self._store()
+
+    @property
+    def held(self) -> int:
+        """Pulls held until a message arrives or they time out."""
+        return sum(len(w) for w in self.waiting.values())
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Called on ``loop``'s thread."""
         self.loop = loop
         self._loop_thread = threading.get_ident()
-        self.broker.store.add_dispatch_listener(self._on_dispatch)
+        self.store.add_dispatch_listener(self._on_dispatch)
 
     def stop(self) -> None:
-        self.broker.store.remove_dispatch_listener(self._on_dispatch)
+        self.store.remove_dispatch_listener(self._on_dispatch)
         for waiters in self.waiting.values():
             for _, fut in waiters:
                 if not fut.done():
@@ -71,7 +96,7 @@ class PullProcessor:
 
     def pull(self, cmd: RemotingCommand, allow_suspend: bool) -> RemotingCommand | None:
         """Answer a pull, or return None when it should be held for new messages."""
-        broker = self.broker
+        config = self.config
         ext = cmd.ext_fields
         group = ext.get("consumerGroup") or ""
         topic = ext.get("topic") or ""
@@ -79,18 +104,18 @@ class PullProcessor:
         offset = cmd.int_field("queueOffset")
         max_nums = cmd.int_field("maxMsgNums", 32)
         sysflag = cmd.int_field("sysFlag", 0)
-        if not broker.config.brokerPermission & PERM_READ:
+        if not config.brokerPermission & PERM_READ:
             return cmd.response(ResponseCode.NO_PERMISSION,
-                                remark=f"the broker[{broker.config.brokerName}] pulling "
+                                remark=f"the broker[{config.brokerName}] pulling "
                                        "message is forbidden")
-        group_config = broker.subscription_groups.find_or_create(group)
+        group_config = self.subscription_groups.find_or_create(group)
         if group_config is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 remark=f"subscription group [{group}] does not exist")
         if not group_config.consume_enable:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"subscription group no permission, {group}")
-        topic_config = broker.topics.get(topic)
+        topic_config = self.topics.get(topic)
         if topic_config is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"topic[{topic}] not exist, apply first please!")
@@ -115,13 +140,13 @@ class PullProcessor:
             # Only a pull that relies on the heartbeat's subscription is checked against the
             # group's message model (PullMessageProcessor): one that carries its own
             # subscription is not.
-            members = broker.clients.consumers.get(group)
+            members = self.clients.consumers.get(group)
             if (not group_config.consume_broadcast_enable and members is not None
                     and members.message_model == "BROADCASTING"):
                 return cmd.response(ResponseCode.NO_PERMISSION,
                                     remark=f"the consumer group[{group}] can not consume by "
                                            "broadcast way")
-            sub = broker.clients.subscription(group, topic)
+            sub = self.clients.subscription(group, topic)
             if sub is None:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                     remark=f"the consumer's subscription not exist, group: "
@@ -131,7 +156,7 @@ class PullProcessor:
                                     remark="the consumer's subscription not latest")
         record_filter = None
         if sub.expression_type == EXPRESSION_SQL92:
-            if not broker.config.enablePropertyFilter:
+            if not config.enablePropertyFilter:
                 return cmd.response(ResponseCode.SYSTEM_ERROR,
                                     remark="The broker does not support consumer to filter "
                                            "message by SQL92")
@@ -145,20 +170,20 @@ class PullProcessor:
         if sysflag & FLAG_COMMIT_OFFSET:
             commit = cmd.int_field("commitOffset", -1)
             if commit >= 0:
-                broker.offsets.commit(group, topic, queue_id, commit)
-        broker.store.catch_up()
-        result = broker.store.get_messages(topic, queue_id, offset, max_nums, sub.codes,
-                                           record_filter)
+                self.offsets.commit(group, topic, queue_id, commit)
+        store = self.store
+        store.catch_up()
+        result = store.get_messages(topic, queue_id, offset, max_nums, sub.codes, record_filter)
         status = result.status
         if status is GetStatus.FOUND:
-            broker.stats.get(result.message_count)
+            self.stats.get(result.message_count)
             response = cmd.response(ResponseCode.SUCCESS, {
                 "suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
                 "minOffset": result.min_offset, "maxOffset": result.max_offset},
                 remark="FOUND")
             response.body_parts = result.buffers
             return response
-        broker.stats.miss()
+        self.stats.miss()
         if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
             code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
             next_offset = 0
@@ -178,17 +203,17 @@ class PullProcessor:
         ext = cmd.ext_fields
         key = (ext.get("topic") or "", cmd.int_field("queueId"))
         offset = cmd.int_field("queueOffset")
-        if self.broker.config.longPollingEnable:
+        if self.config.longPollingEnable:
             timeout = min(cmd.int_field("suspendTimeoutMillis", 15000) / 1000,
                           MAX_SUSPEND_SECONDS)
         else:
-            timeout = self.broker.config.shortPollingTimeMills / 1000
+            timeout = self.config.shortPollingTimeMills / 1000
         fut: asyncio.Future[None] = self.loop.create_future()
         waiter = (offset, fut)
         self.waiting.setdefault(key, []).append(waiter)
         try:
             # A unit may have landed between the read and the registration above.
-            if self.broker.store.get_max_offset(*key) <= offset:
+            if self.store.get_max_offset(*key) <= offset:
                 try:
                     await asyncio.wait_for(fut, timeout)
                 except TimeoutError:

@@ -11,6 +11,7 @@ import logging
 import random
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..protocol.codes import RequestCode, ResponseCode
@@ -42,13 +43,18 @@ from ..store import (
     StoreMessage,
 )
 from ..store.errors import StoreClosedError
-from .config import PERM_WRITE
+from .clients import ClientTable
+from .config import PERM_WRITE, BrokerConfig
 from .delay import delay_level_of, is_delayable, to_schedule
+from .send_back import dead_letter_topic
+from .stats import Stats
+from .subscription_groups import SubscriptionGroupTable
 from .timer import TimerError, due_time, to_timer
+from .topics import TopicTable
 from .transaction import to_half
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore, MessageStoreConfig
 
 log = logging.getLogger("rocketq.broker")
 
@@ -124,28 +130,52 @@ _Queued = tuple[Connection, RemotingCommand, StoreMessage, int]
 
 
 class SendProcessor:
-    """Handles the send requests of one broker."""
+    """Handles the send requests of one broker: checks them against the broker's config,
+    topics and subscription groups, stores them, counts them in its stats; replies are
+    pushed to the requester found in the client table."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig,
+                 store: Callable[[], MessageStore],
+                 put: Callable[..., Awaitable[list[PutResult]]], topics: TopicTable,
+                 subscription_groups: SubscriptionGroupTable, clients: ClientTable,
+                 stats: Stats, topics_changed: Callable[[], None]) -> None:
+        self.config = config
+        self.store_config = store_config
+        self._store = store  # the store exists once the broker has started
+        #: How the broker's loop writes to the store when the sender waits for the flush.
+        self.put = put
+        self.topics = topics
+        self.subscription_groups = subscription_groups
+        self.clients = clients
+        self.stats = stats
+        self.topics_changed = topics_changed
         #: Added to every stored message's properties, encoded.
-        self.cluster_property = f"CLUSTER\x01{broker.config.brokerClusterName}\x02".encode()
-        self.region = broker.config.regionId
-        self.trace_on = "true" if broker.config.traceOn else "false"
+        self.cluster_property = f"CLUSTER\x01{config.brokerClusterName}\x02".encode()
+        self.region = config.regionId
+        self.trace_on = "true" if config.traceOn else "false"
         self._queued: list[_Queued] = []
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def store(self) -> MessageStore:
+        return self._store()
+
+    @property
+    def queued(self) -> int:
+        """Sends read and waiting to be appended at the end of the loop iteration."""
+        return len(self._queued)
 
     def handle(self, conn: Connection, cmd: RemotingCommand):
         """Answer at once when the store need not wait for a flush, else return a coroutine;
         or return None for a single send that more of the same read follow: it is appended
         with them at the end of the loop iteration and answered then (_append_queued)."""
-        broker = self.broker
+        config = self.config
         ext = cmd.ext_fields
         names = _V2_KEYS if cmd.code in V2_CODES else _LONG_KEYS
         topic = ext.get(names.topic) or ""
-        if not broker.config.brokerPermission & PERM_WRITE:
+        if not config.brokerPermission & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
-                                remark=f"the broker[{broker.config.brokerName}] sending message "
+                                remark=f"the broker[{config.brokerName}] sending message "
                                        "is forbidden")
         try:
             queue_id = int(ext.get(names.queue_id) or 0)
@@ -160,19 +190,19 @@ class SendProcessor:
         if not (low <= queue_id <= high and low <= sysflag <= high and low <= flag <= high
                 and low <= reconsume <= high and JAVA_LONG_MIN <= born <= JAVA_LONG_MAX):
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
-        topic_config = broker.topics.topics.get(topic)  # a known topic's name is valid
+        topic_config = self.topics.topics.get(topic)  # a known topic's name is valid
         if topic_config is None:
             try:
                 validate_topic(topic)
             except IllegalTopicError as exc:
                 return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-            topic_config = broker.topics.create_in_send(
+            topic_config = self.topics.create_in_send(
                 topic, ext.get(names.default_topic) or "TBW102",
                 _int(ext, names.default_queue_nums, 4))
             if topic_config is None:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                     remark=f"topic[{topic}] not exist, apply first please!")
-            broker.topics_changed()
+            self.topics_changed()
         if not topic_config.perm & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the topic[{topic}] sending message is forbidden")
@@ -200,12 +230,13 @@ class SendProcessor:
                                    born_port=born_port, reconsume_times=reconsume)
         else:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                group = broker.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                group = self.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
                 max_times = _int(ext, names.max_reconsume,
                                  16 if group is None else group.max_reconsume_times)
                 if reconsume >= max_times:
                     # Retried too often: the message goes to the group's dead-letter queue.
-                    topic = broker.dead_letter_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                    topic = dead_letter_topic(self.topics, topic[len(RETRY_GROUP_TOPIC_PREFIX):],
+                                              self.topics_changed)
                     queue_id = 0
                     props = _without_delay(props)
             reply_queue_id = queue_id
@@ -217,7 +248,7 @@ class SendProcessor:
             if "TIMER_" in props and tran != SysFlag.TRANSACTION_PREPARED:
                 try:
                     due = due_time(decode_properties(props), int(time.time() * 1000),
-                                   broker.config.timerMaxDelaySec)
+                                   config.timerMaxDelaySec)
                 except TimerError as exc:
                     return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
                 if due is not None and due > time.time() * 1000 + 50:
@@ -225,7 +256,7 @@ class SendProcessor:
             level = delay_level_of(props) if "DELAY\x01" in props else 0
             if level > 0 and is_delayable(sysflag) and tran != SysFlag.TRANSACTION_PREPARED:
                 topic, queue_id, props = to_schedule(
-                    topic, queue_id, props, level, len(broker.store_config.delay_levels_ms))
+                    topic, queue_id, props, level, len(self.store_config.delay_levels_ms))
             raw_props = join_properties(props.encode(), self.cluster_property)
             if len(raw_props) > MAX_PROPERTIES_SIZE:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
@@ -247,7 +278,7 @@ class SendProcessor:
             self._append_queued()  # the sends that came first are stored first
         if reply:
             return self._reply(cmd, ext, names, message)  # type: ignore[arg-type]
-        store = broker.store
+        store = self.store
         if store.config.sync_flush:
             return self._put_async(cmd, message, queue_id, batch)
         try:
@@ -264,7 +295,7 @@ class SendProcessor:
         queued, self._queued = self._queued, []
         if not queued:
             return  # already appended, ahead of a send that had to go after them
-        store = self.broker.store
+        store = self.store
         if store.config.sync_flush:
             task = asyncio.get_running_loop().create_task(self._append_queued_durable(queued))
             self._tasks.add(task)
@@ -281,7 +312,7 @@ class SendProcessor:
 
     async def _append_queued_durable(self, queued: list[_Queued]) -> None:
         try:
-            results = await self.broker.store.put_messages_async([q[2] for q in queued])
+            results = await self.put([q[2] for q in queued])
         except Exception:
             answers = []
             for _, cmd, message, queue_id in queued:
@@ -301,7 +332,7 @@ class SendProcessor:
     def _put_alone(self, cmd: RemotingCommand, message: StoreMessage,
                    queue_id: int) -> RemotingCommand:
         try:
-            return self._response(cmd, message, self.broker.store.put_messages((message,)),
+            return self._response(cmd, message, self.store.put_messages((message,)),
                                   queue_id, False)
         except Exception as exc:
             return self._error_answer(cmd, exc)
@@ -329,16 +360,16 @@ class SendProcessor:
         to the requesting client, found by the REPLY_TO_CLIENT property."""
         props = decode_properties(message.properties.decode())
         client_id = props.get("REPLY_TO_CLIENT", "")
-        channel = self.broker.clients.client_channel(client_id)
+        channel = self.clients.client_channel(client_id)
         try:
-            results = await self.broker.store.put_messages_async([message])
+            results = await self.put([message])
         except Exception as exc:
             return self._store_error(cmd, exc)
         if channel is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"push reply message failed: client {client_id!r} is "
                                        "not online")
-        store_host = self.broker.address
+        store_host = self.config.broker_addr
         push = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, {
             "producerGroup": ext.get("a") or ext.get("producerGroup") or "",
             "topic": message.topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
@@ -361,8 +392,7 @@ class SendProcessor:
     async def _put_async(self, cmd: RemotingCommand, message: StoreMessage | BatchMessage,
                          queue_id: int, batch: bool) -> RemotingCommand:
         try:
-            results = await self.broker.store.put_messages_async(
-                message if batch else (message,))  # type: ignore[arg-type]
+            results = await self.put(message if batch else (message,))
         except Exception as exc:
             return self._store_error(cmd, exc)
         return self._response(cmd, message, results, queue_id, batch)
@@ -386,7 +416,7 @@ class SendProcessor:
         code = (ResponseCode.FLUSH_DISK_TIMEOUT if first.status is PutStatus.FLUSH_DISK_TIMEOUT
                 else ResponseCode.SUCCESS)
         uniq = property_value(message.properties, b"UNIQ_KEY")
-        self.broker.stats.put(len(results), message.topic)
+        self.stats.put(len(results), message.topic)
         return cmd.response_text(code, {
             "msgId": ",".join([r.msg_id for r in results]) if batch else first.msg_id,
             "queueId": str(queue_id),

@@ -23,7 +23,7 @@ from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
 from ..protocol.topic import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore
 
 #: Seconds between samples, and how many are kept: enough for the 10-minute window.
 SAMPLE_INTERVAL = 1.0
@@ -146,10 +146,10 @@ def _disk_ratio(path: str) -> float:
     return (usage.total - usage.free) / usage.total if usage.total else -1.0
 
 
-def earliest_message_time(broker: Broker) -> int:
+def earliest_message_time(store: MessageStore) -> int:
     """Store time of the oldest message in the CommitLog, -1 when it holds none
     (DefaultMessageStore.getEarliestMessageTime)."""
-    commitlog = broker.store.commitlog
+    commitlog = store.commitlog
     if commitlog.max_offset <= commitlog.min_offset:
         return -1
     view = commitlog.view(commitlog.min_offset + STORE_TIMESTAMP_POS, STORE_TIMESTAMP.size)
@@ -167,13 +167,15 @@ def _runtime(seconds: float) -> str:
             f"{seconds % 3600 // 60} minutes, {seconds % 60} seconds ]")
 
 
-def runtime_info(broker: Broker) -> dict[str, str]:
+def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pulls: int,
+                 delay_offsets: dict[int, int]) -> dict[str, str]:
     """The GET_BROKER_RUNTIME_INFO table: RocketMQ's keys, each value in the form RocketMQ
     writes it. Keys of things rocketq does not have (thread pool capacities, the transient
     store pool, put latency histograms) are left out rather than filled with made-up
-    values."""
-    stats = broker.stats
-    store = broker.store
+    values.
+
+    ``queued_sends`` and ``held_pulls`` are the sends waiting to be appended and the pulls
+    held for messages; ``delay_offsets`` is the delivered offset of each delay level."""
     commitlog = store.commitlog
     cfg = store.config
     lag_ms = str(int(stats.loop_lag * 1000))
@@ -202,14 +204,14 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         # loop iteration; the pulls waiting are those held (long polling) until a message
         # arrives or they time out. The head of either queue waits as long as the event loop
         # is late to run what is ready, which the sampler measures every second.
-        "sendThreadPoolQueueSize": str(len(broker.send._queued)),
-        "pullThreadPoolQueueSize": str(sum(len(w) for w in broker.pull.waiting.values())),
+        "sendThreadPoolQueueSize": str(queued_sends),
+        "pullThreadPoolQueueSize": str(held_pulls),
         "sendThreadPoolQueueHeadWaitTimeMills": lag_ms,
         "pullThreadPoolQueueHeadWaitTimeMills": lag_ms,
         # How long the CommitLog put under way has held its lock. Puts run on the event loop
         # that is answering this request, so none is under way now: 0 is the true value.
         "pageCacheLockTimeMills": "0",
-        "earliestMessageTimeStamp": str(earliest_message_time(broker)),
+        "earliestMessageTimeStamp": str(earliest_message_time(store)),
         "commitLogMinOffset": str(commitlog.min_offset),
         "commitLogMaxOffset": str(commitlog.max_offset),
         "dispatchBehindBytes": str(commitlog.max_offset - store.reput_offset),
@@ -226,7 +228,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         table["commitLogDirCapacity"] = (f"Total : {human_bytes(usage.total)}, Free : "
                                          f"{human_bytes(usage.free)}.")
     # ScheduleMessageService.buildRunningStats: delivered offset and max offset per level.
-    for level, offset in sorted(broker.schedule.offsets.items()):
+    for level, offset in sorted(delay_offsets.items()):
         table[f"scheduleMessageOffset_{level}"] = (
             f"{offset},{store.get_max_offset(SCHEDULE_TOPIC, level - 1)}")
     return table

@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -25,10 +25,8 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand
 from ..remoting import Connection
 from .config import BrokerConfig
+from .offsets import ConsumerOffsets
 from .topics import MAX_QUEUE_NUMS, DataVersion, save_versioned
-
-if TYPE_CHECKING:
-    from . import Broker
 
 GROUP_MAX_LENGTH = 255
 _LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -223,15 +221,15 @@ class SubscriptionGroupTable:
 Handler = Callable[[Connection, RemotingCommand], RemotingCommand]
 
 
-def subscription_group_handlers(broker: Broker) -> dict[int, Handler]:
+def subscription_group_handlers(table: SubscriptionGroupTable, offsets: ConsumerOffsets
+                                ) -> dict[int, Handler]:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and
     DELETE_SUBSCRIPTIONGROUP (207) over the broker's table (and its offsets, for 207's
     ``removeOffset``)."""
-    table = broker.subscription_groups
     return {
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: functools.partial(_update, table),
         RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: functools.partial(_get_all, table),
-        RequestCode.DELETE_SUBSCRIPTIONGROUP: functools.partial(_delete, table, broker.offsets),
+        RequestCode.DELETE_SUBSCRIPTIONGROUP: functools.partial(_delete, table, offsets),
     }
 
 
@@ -269,7 +267,7 @@ def _get_all(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingComma
     return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(table.wrapper()))
 
 
-def _delete(table: SubscriptionGroupTable, offsets: Any, conn: Connection,
+def _delete(table: SubscriptionGroupTable, offsets: ConsumerOffsets, conn: Connection,
             cmd: RemotingCommand) -> RemotingCommand:
     group = cmd.field("groupName") or ""
     if not group:

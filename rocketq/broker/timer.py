@@ -17,6 +17,7 @@ import heapq
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -27,7 +28,7 @@ from .delay import record_to_real, with_real_destination
 from .topics import _atomic_write
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore, PutResult
 
 log = logging.getLogger("rocketq.broker")
 
@@ -63,11 +64,14 @@ def to_timer(topic: str, queue_id: int, properties: str, due_ms: int) -> tuple[s
 
 
 class TimerWheel:
-    """The wheel of pending timer messages and its delivery loop."""
+    """The wheel of pending timer messages of the store's timer topic, and its delivery
+    loop; what was delivered is kept in ``config_dir``."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.path = os.path.join(broker.config_dir, "timer.json")
+    def __init__(self, config_dir: str, store: Callable[[], MessageStore],
+                 put: Callable[..., Awaitable[list[PutResult]]]) -> None:
+        self._store = store  # the store exists once the broker has started
+        self.put = put  # how the broker's loop writes to the store
+        self.path = os.path.join(config_dir, "timer.json")
         self.buckets: dict[int, array.array[int]] = {}
         self.seconds: list[int] = []  # heap of bucket keys
         self.loaded = 0  # timer queue offsets below this are in the wheel or delivered
@@ -81,6 +85,10 @@ class TimerWheel:
                 data = orjson.loads(fh.read())
             self.low = int(data.get("low", 0))
             self.done = bytearray(base64.b64decode(data.get("done", "")))
+
+    @property
+    def store(self) -> MessageStore:
+        return self._store()
 
     # ------------------------------------------------------------------ bookkeeping
     def _is_done(self, offset: int) -> bool:
@@ -118,7 +126,7 @@ class TimerWheel:
 
     def load_new(self) -> int:
         """Put newly dispatched timer units into the wheel."""
-        store = self.broker.store
+        store = self.store
         cq = store.consume_queues.get((TIMER_TOPIC, 0))
         if cq is None:
             return 0
@@ -141,7 +149,8 @@ class TimerWheel:
 
     # ------------------------------------------------------------------ delivery
     async def run(self) -> None:
-        while not self.broker._stopping:
+        """Load new timer messages and deliver due ones, until cancelled."""
+        while True:
             self.load_new()
             await self.deliver_due()
             self._wake.clear()
@@ -152,7 +161,7 @@ class TimerWheel:
 
     async def deliver_due(self, now_ms: int | None = None) -> int:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        store = self.broker.store
+        store = self.store
         cq = store.consume_queues.get((TIMER_TOPIC, 0))
         delivered = 0
         while self.seconds and self.seconds[0] <= now_ms // 1000:
@@ -177,7 +186,7 @@ class TimerWheel:
                 due_messages.append(record_to_real(record))
                 due_offsets.append(offset)
             if due_messages:
-                await store.put_messages_async(due_messages)
+                await self.put(due_messages)
                 for offset in due_offsets:
                     self._mark_done(offset)
                 delivered += len(due_messages)

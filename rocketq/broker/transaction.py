@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -35,11 +36,13 @@ from ..protocol.message import (
 from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from ..remoting import Connection
 from ..store import StoreMessage
+from .clients import ClientTable
+from .config import BrokerConfig
 from .delay import with_real_destination
-from .topics import _atomic_write
+from .topics import TopicTable, _atomic_write
 
 if TYPE_CHECKING:
-    from . import Broker
+    from ..store import MessageStore, PutResult
 
 log = logging.getLogger("rocketq.broker")
 
@@ -57,11 +60,19 @@ def to_half(topic: str, queue_id: int, properties: str) -> tuple[str, int, str]:
 
 
 class Transactions:
-    """Resolves half messages and checks the ones left open."""
+    """Resolves half messages and checks the ones left open with a producer of their group
+    found in the client table; its progress is kept in ``config_dir``."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.path = os.path.join(broker.config_dir, "transaction.json")
+    def __init__(self, config_dir: str, config: BrokerConfig,
+                 store: Callable[[], MessageStore],
+                 put: Callable[..., Awaitable[list[PutResult]]], topics: TopicTable,
+                 clients: ClientTable) -> None:
+        self.config = config
+        self._store = store  # the store exists once the broker has started
+        self.put = put  # how the broker's loop writes to the store
+        self.topics = topics
+        self.clients = clients
+        self.path = os.path.join(config_dir, "transaction.json")
         #: Half queue offsets below this are all resolved.
         self.half_offset = 0
         self.checks: dict[int, int] = {}
@@ -73,10 +84,14 @@ class Transactions:
             self.half_offset = int(data.get("halfOffset", 0))
             self.checks = {int(k): int(v) for k, v in (data.get("checks") or {}).items()}
 
+    @property
+    def store(self) -> MessageStore:
+        return self._store()
+
     # ------------------------------------------------------------------ state
     def load(self) -> None:
         """Rebuild the resolved set from the op records (they are the source of truth)."""
-        store = self.broker.store
+        store = self.store
         offset = store.get_min_offset(TRANS_OP_HALF_TOPIC, 0)
         end = store.get_max_offset(TRANS_OP_HALF_TOPIC, 0)
         while offset < end:
@@ -100,7 +115,7 @@ class Transactions:
         message = StoreMessage(TRANS_OP_HALF_TOPIC, str(half_queue_offset).encode(), 0,
                                properties=encode_properties({Property.TAGS: OP_TAG}),
                                born_timestamp=int(time.time() * 1000))
-        await self.broker.store.put_messages_async([message])
+        await self.put([message])
         self.resolved.add(half_queue_offset)
         self.checks.pop(half_queue_offset, None)
 
@@ -110,7 +125,7 @@ class Transactions:
         kind = cmd.int_field("commitOrRollback", UNKNOWN)
         if kind not in (COMMIT, ROLLBACK):
             return None  # UNKNOWN: wait for a check, answer nothing (as RocketMQ does)
-        store = self.broker.store
+        store = self.store
         offset = cmd.int_field("commitLogOffset")
         record = store.look_message_by_offset(offset)
         if record is None or record.topic != TRANS_HALF_TOPIC:
@@ -130,7 +145,7 @@ class Transactions:
                 return cmd.response(ResponseCode.SUCCESS)  # resolved already: idempotent
             if kind == COMMIT:
                 try:
-                    await store.put_messages_async([self._committed(record)])
+                    await self.put([self._committed(record)])
                 except Exception as exc:
                     return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"commit failed: {exc}")
             await self._write_op(half_offset)
@@ -151,9 +166,10 @@ class Transactions:
 
     # ------------------------------------------------------------------ checking
     async def run(self) -> None:
-        while not self.broker._stopping:
+        """Check open transactions every ``transactionCheckInterval``, until cancelled."""
+        while True:
             # Read on each round: UPDATE_BROKER_CONFIG may change it while the broker runs.
-            await asyncio.sleep(self.broker.config.transactionCheckInterval / 1000)
+            await asyncio.sleep(self.config.transactionCheckInterval / 1000)
             try:
                 await self.check_once()
             except Exception:
@@ -161,8 +177,8 @@ class Transactions:
 
     async def check_once(self) -> int:
         """Ask producers about half messages open too long; return how many were asked."""
-        cfg = self.broker.config
-        store = self.broker.store
+        cfg = self.config
+        store = self.store
         now = int(time.time() * 1000)
         end = store.get_max_offset(TRANS_HALF_TOPIC, 0)
         asked = 0
@@ -204,18 +220,18 @@ class Transactions:
         log.warning("transaction %s of group %s discarded after %d checks",
                     half.properties.get(Property.UNIQ_KEY),
                     half.properties.get(Property.PRODUCER_GROUP),
-                    self.broker.config.transactionCheckMax)
-        if self.broker.topics.get(TRANS_CHECK_MAX_TIME_TOPIC) is None:
-            self.broker.topics.create_system(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+                    self.config.transactionCheckMax)
+        if self.topics.get(TRANS_CHECK_MAX_TIME_TOPIC) is None:
+            self.topics.create_system(TRANS_CHECK_MAX_TIME_TOPIC, 1)
         message = StoreMessage(TRANS_CHECK_MAX_TIME_TOPIC, half.body, 0,
                                properties=encode_properties(half.properties),
                                born_timestamp=half.born_timestamp)
-        await self.broker.store.put_messages_async([message])
+        await self.put([message])
         await self._write_op(half.queue_offset)
 
     def _ask(self, half: MessageRecord) -> bool:
         group = half.properties.get(Property.PRODUCER_GROUP, "")
-        channel = self.broker.clients.producer_channel(group)
+        channel = self.clients.producer_channel(group)
         if channel is None:
             return False
         props = dict(half.properties)

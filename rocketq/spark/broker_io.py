@@ -13,12 +13,9 @@ from ..client.consumer import pull_request
 from ..client.instance import ClientInstance
 from ..client.message import Message, MessageQueue
 from ..client.sync import _LoopThread
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from ..protocol.filter import Subscription
 from ..remoting import RemotingClient, run
-
-PULL_SUBSCRIPTION = 0x4
 
 
 def queue_offsets(namesrv: str, topics: list[str]
@@ -129,7 +126,7 @@ class RangePuller:
 
     def _request(self, begin: int, stop: int) -> RemotingCommand:
         return pull_request("rocketq-spark", self.queue, begin, stop - begin, self.sub,
-                            sysflag=PULL_SUBSCRIPTION)
+                            sysflag=PullSysFlag.SUBSCRIPTION)
 
     def _fill(self) -> None:
         while len(self._inflight) < self.depth and self._next < self.end:

@@ -8,7 +8,10 @@ Units live at ``queue_offset * 20``, in files of ``mappedFileSizeConsumeQueue`` 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import threading
+from collections.abc import Iterable
 
 from .mapped_file import MappedFile, MappedFileQueue
 
@@ -199,6 +202,105 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+class ConsumeQueueTable:
+    """Every ConsumeQueue of a store by ``(topic, queue id)``, created when the dispatcher
+    first writes to one. ``queues`` is replaced, never changed in place, so readers use it
+    without a lock."""
+
+    def __init__(self, root: str, file_size: int) -> None:
+        self.root = root
+        self.file_size = file_size
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is not None:
+            return cq
+        with self._lock:
+            cq = self.queues.get((topic, queue_id))
+            if cq is None:
+                cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                self.queues = {**self.queues, (topic, queue_id): cq}
+            return cq
+
+    def load(self) -> None:
+        """Open the queues found on disk and find where each ends."""
+        os.makedirs(self.root, exist_ok=True)
+        queues = {}
+        for topic in sorted(os.listdir(self.root)):
+            topic_dir = os.path.join(self.root, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for qid in os.listdir(topic_dir):
+                if not qid.isdigit():
+                    continue
+                cq = ConsumeQueue(self.root, topic, int(qid), self.file_size)
+                cq.files.load()
+                cq.recover()
+                queues[(topic, int(qid))] = cq
+        self.queues = queues
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
+    def max_offsets(self) -> dict[tuple[str, int], int]:
+        """The next queue offset of every queue (the CommitLog's counters at start)."""
+        return {key: cq.max_offset for key, cq in self.queues.items()}
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self.queues if t == topic)
+
+    def topics(self) -> set[str]:
+        return {t for t, _ in self.queues}
+
+    def delete_topics(self, topics: Iterable[str]) -> int:
+        """Drop the queues of ``topics`` and their files; returns how many went."""
+        doomed = set(topics)
+        with self._lock:
+            gone = [cq for key, cq in self.queues.items() if key[0] in doomed]
+            self.queues = {k: v for k, v in self.queues.items() if k[0] not in doomed}
+        for cq in gone:
+            cq.files.remove_first(cq.files.files)
+            shutil.rmtree(cq.files.directory, ignore_errors=True)
+        for topic in doomed:
+            shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
+        return len(gone)
+
+    def truncate_to_commitlog(self, commitlog_end: int) -> None:
+        for cq in self.queues.values():
+            cq.truncate_to_commitlog(commitlog_end)
+
+    def correct_min_offsets(self, commitlog_min: int) -> None:
+        for cq in self.queues.values():
+            cq.correct_min_offset(commitlog_min)
+
+    def delete_expired(self, commitlog_min: int) -> None:
+        """Delete files whose units all point below ``commitlog_min`` (retention)."""
+        for cq in list(self.queues.values()):
+            cq.delete_expired(commitlog_min)
+            cq.files.retry_closing()
+
+    def flush(self) -> None:
+        for cq in list(self.queues.values()):
+            cq.flush()
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+
+    def __len__(self) -> int:
+        return len(self.queues)
 
 
 def _leading_zero_units(view: memoryview) -> int:

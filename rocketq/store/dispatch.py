@@ -8,8 +8,12 @@ bound for the same queue are written as one contiguous run, and index keys are h
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Callable
 
+from ..protocol import SCHEDULE_TOPIC, TIMER_TOPIC, Property
 from ..protocol.message import (
     BLANK_MAGIC,
     SIZE_AND_MAGIC,
@@ -20,7 +24,6 @@ from ..protocol.message import (
     record_struct,
     walk_records,
 )
-from ..protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .index import Index
@@ -29,12 +32,14 @@ from .index import Index
 _HEADER = record_struct("queue_id", "queue_offset", "store_timestamp")
 _QUEUE_ID, _QUEUE_OFFSET, _SYSFLAG, _STORE_TIMESTAMP = (
     _HEADER.index(name) for name in ("queue_id", "queue_offset", "sysflag", "store_timestamp"))
+log = logging.getLogger("rocketq.store")
+
 _TAGS = b"TAGS"
 _HAS_TAGS = b"TAGS\x01"
 _DELAY = b"DELAY"
 _SCHEDULE_TOPIC = SCHEDULE_TOPIC.encode()
 _TIMER_TOPIC = TIMER_TOPIC.encode()
-_TIMER_OUT = b"TIMER_OUT_MS"
+_TIMER_OUT = Property.TIMER_OUT_MS.encode()
 _KEYS = b"KEYS"
 _HAS_KEYS = b"KEYS\x01"
 _UNIQ = b"UNIQ_KEY"
@@ -195,3 +200,152 @@ class Dispatcher:
     def _write_run(self, key: tuple[str, int], run: list) -> bool:
         cq = self.get_queue(*key)
         return cq.put_run(run[0], run[2])
+
+
+#: A listener learns that ``(topic, queue_id)`` now holds units up to ``max_offset``.
+DispatchListener = Callable[[str, int, int], None]
+#: Runs a callable soon on the thread that owns it (an event loop's ``call_soon``).
+Schedule = Callable[[Callable[[], None]], object]
+
+
+class DispatchRunner:
+    """Runs the Dispatcher (RocketMQ's ReputMessageService): on its own thread, woken by
+    every append, and inline for the appends of one thread that hands it a scheduling
+    callable (:meth:`dispatch_via`). Tells listeners which queues grew."""
+
+    def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher) -> None:
+        self.commitlog = commitlog
+        self.dispatcher = dispatcher
+        self._listeners: list[DispatchListener] = []
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._dispatched = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._schedule: Schedule | None = None
+        self._schedule_thread = 0
+        self._inline_pending = False
+
+    @property
+    def reput_offset(self) -> int:
+        """How far the dispatcher has read the CommitLog."""
+        return self.dispatcher.reput_offset
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="rocketq-store-dispatcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, then dispatch what is left."""
+        self._stop.set()
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.dispatch()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._event.wait(0.5)
+            self._event.clear()
+            try:
+                if self.dispatch():
+                    # Like RocketMQ's reput service, pause a moment after a round so records
+                    # that arrive meanwhile are dispatched together, not one wake-up each.
+                    time.sleep(0.001)
+            except Exception:  # keep dispatching later records; say what went wrong
+                log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
+                self._stop.wait(0.1)
+
+    # ------------------------------------------------------------------ waking
+    def on_append(self, end: int) -> None:
+        """The CommitLog grew to ``end``: dispatch inline if the appending thread gave a
+        scheduling callable, otherwise wake the thread."""
+        if self._schedule is not None and threading.get_ident() == self._schedule_thread:
+            if not self._inline_pending:
+                self._inline_pending = True
+                self._schedule(self._dispatch_inline)
+            return
+        if not self._event.is_set():
+            self._event.set()
+
+    def dispatch_via(self, schedule: Schedule | None) -> None:
+        """Dispatch the appends made on the calling thread through ``schedule`` (a broker's
+        ``loop.call_soon``: once per loop iteration, after the callbacks that appended)
+        instead of waking the dispatcher thread: handing the interpreter lock to that thread
+        and back for every small append costs more than the dispatch itself. Appends from
+        other threads still wake the thread; ``None`` sends everything back to it."""
+        self._schedule_thread = threading.get_ident() if schedule is not None else 0
+        self._schedule = schedule
+
+    def _dispatch_inline(self) -> None:
+        self._inline_pending = False
+        if self.dispatcher.reput_offset >= self.commitlog.max_offset:
+            return
+        try:
+            self.dispatch(wait=0)
+        except Exception:
+            log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
+        if self.dispatcher.reput_offset < self.commitlog.max_offset:
+            self._event.set()  # the thread was busy, or failed: let it finish
+
+    # ------------------------------------------------------------------ dispatching
+    def add_listener(self, listener: DispatchListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: DispatchListener) -> None:
+        self._listeners.remove(listener)
+
+    def dispatch(self, wait: float | None = None) -> int:
+        """Dispatch every record not yet dispatched; return how many. ``wait`` bounds the
+        seconds to wait for a busy dispatcher (which is dispatching those records anyway)."""
+        total = 0
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            return 0
+        try:
+            while True:
+                end = self.commitlog.max_offset
+                if self.dispatcher.reput_offset >= end:
+                    break
+                count, grown = self.dispatcher.run(end)
+                total += count
+                if grown:
+                    self._notify(grown)
+                if not count:
+                    break
+        finally:
+            self._lock.release()
+        if total:
+            with self._dispatched:
+                self._dispatched.notify_all()
+        return total
+
+    def _notify(self, grown: dict[tuple[str, int], int]) -> None:
+        for listener in self._listeners:
+            for (topic, queue_id), max_offset in grown.items():
+                try:
+                    listener(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("dispatch listener %r failed", listener)
+
+    def catch_up(self) -> None:
+        """Dispatch what the CommitLog holds beyond the ConsumeQueues, unless the dispatcher
+        is at it: a read right after a write then sees the write."""
+        if self.dispatcher.reput_offset < self.commitlog.max_offset:
+            self.dispatch(wait=0.05)
+
+    def wait_dispatched(self, offset: int | None = None, timeout: float = 5.0) -> bool:
+        """Block until everything up to ``offset`` (default: the CommitLog end) is dispatched."""
+        target = self.commitlog.max_offset if offset is None else offset
+        deadline = time.monotonic() + timeout
+        with self._dispatched:
+            while self.reput_offset < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._event.set()
+                self._dispatched.wait(min(remaining, 0.05))
+        return True

@@ -127,19 +127,25 @@ class MappedFile:
         file's size. Chunks that are already zero are left alone (a comparison, not a write).
         """
         end = self.file_size
+        # Find every data segment before reading any: a read's readahead pulls the blocks
+        # after it into the page cache, and a filesystem may then report those preallocated
+        # blocks as data too (ext4 does), so reading as we go would walk the whole file.
+        segments = []
         while pos < end:
             try:
                 data = os.lseek(self.fd, pos, os.SEEK_DATA)
             except OSError as exc:
                 if exc.errno == errno.ENXIO:
-                    return  # only holes (zeros) from pos on
-                self._zero_range(pos, end)  # no SEEK_DATA here: look at every chunk
-                return
+                    break  # only holes (zeros) from pos on
+                segments.append((pos, end))  # no SEEK_DATA here: look at every chunk
+                break
             if data >= end:
-                return
+                break
             hole = min(end, os.lseek(self.fd, data, os.SEEK_HOLE))
-            self._zero_range(data, hole)
+            segments.append((data, hole))
             pos = hole
+        for start, stop in segments:
+            self._zero_range(start, stop)
 
     def _zero_range(self, pos: int, end: int) -> None:
         # Read with pread rather than through the mapping: faulting in pages of a mapping

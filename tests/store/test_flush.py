@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from rocketq.broker.store_writer import StoreWriter
 from rocketq.protocol.message import encode_batch
 from rocketq.store import BatchMessage, MessageStore, PutStatus, StoreMessage
 
@@ -53,7 +54,7 @@ def test_sync_flush_put_returns_only_when_durable(tmp_path):
         last = store.put_messages(BatchMessage("T", body, properties=b"WAIT\x01true\x02"))[-1]
         assert store.commitlog.files.flushed_offset >= last.commitlog_offset + last.size
         waits = []
-        store._group_commit.wait = lambda *a: waits.append(a) or True
+        store.group_commit.wait = lambda *a: waits.append(a) or True
         store.put_messages(BatchMessage("T", body, properties=b"WAIT\x01false\x02"))
         store.put_messages(BatchMessage("T", body))
         assert len(waits) == 1
@@ -66,15 +67,19 @@ def test_group_commit_shares_fsyncs_across_concurrent_writers(tmp_path, monkeypa
     store = MessageStore(small_config(tmp_path, flushDiskType="SYNC_FLUSH",
                                       mappedFileSizeCommitLog=1 << 20))
 
-    async def writer(n):
+    async def writer(n, w):
         out = []
         for i in range(10):
-            out.append(await store.put_message_async(
+            out.append(await w.put_message(
                 StoreMessage.create("T", b"%d-%d" % (n, i), n % 4)))
         return out
 
     async def main():
-        return await asyncio.gather(*(writer(n) for n in range(64)))
+        w = StoreWriter(store)
+        try:
+            return await asyncio.gather(*(writer(n, w) for n in range(64)))
+        finally:
+            w.close()
 
     try:
         before = len(fsyncs)
@@ -110,7 +115,7 @@ def test_sync_flush_timeout_reports_flush_disk_timeout(tmp_path, monkeypatch, us
         count_fsyncs(monkeypatch, delay=0.5)
         m = StoreMessage.create("T", b"x", 0)
         if use_async:
-            r = asyncio.run(store.put_message_async(m))
+            r = asyncio.run(StoreWriter(store).put_message(m))
         else:
             r = store.put_message(m)
         assert r.status is PutStatus.FLUSH_DISK_TIMEOUT
@@ -134,7 +139,7 @@ def test_sync_flush_does_not_block_the_event_loop(tmp_path, monkeypatch):
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        r = await store.put_message_async(StoreMessage.create("T", b"x", 0))
+        r = await StoreWriter(store).put_message(StoreMessage.create("T", b"x", 0))
         task.cancel()
         return r, ticks
 

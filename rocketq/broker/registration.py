@@ -1,0 +1,94 @@
+"""Registration with the NameServers (RocketMQ's BrokerOuterAPI.registerBrokerAll and
+unregisterBrokerAll).
+
+The broker registers its topic table with every NameServer at start, every
+``registerNameServerPeriod`` after that, and at once when its topics change; it unregisters
+when it stops. A NameServer that refuses or cannot be reached is logged and tried again at the
+next round: the others are not held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from typing import Any
+
+import orjson
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..remoting import RemotingClient, RemotingError
+from .config import BrokerConfig
+from .topics import TopicTable
+
+log = logging.getLogger("rocketq.broker")
+
+
+class Registration:
+    """Keeps the broker registered with the NameServers named in its config."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicTable,
+                 client: RemotingClient) -> None:
+        self.config = config
+        self.topics = topics
+        self.client = client
+        #: Set when the topics changed; None until the broker has started.
+        self._soon: asyncio.Event | None = None
+
+    def start(self) -> None:
+        """From now on a change of the topics registers at once (see ``soon``)."""
+        self._soon = asyncio.Event()
+
+    def soon(self) -> None:
+        """Re-register with the NameServers at once (a topic was created or changed)."""
+        if self._soon is not None:
+            self._soon.set()
+
+    async def run(self) -> None:
+        """Register every ``registerNameServerPeriod``, or sooner when asked, until cancelled."""
+        assert self._soon is not None, "start() first"
+        while True:
+            with contextlib.suppress(TimeoutError):
+                # Read on each round: UPDATE_BROKER_CONFIG may change the period.
+                await asyncio.wait_for(self._soon.wait(),
+                                       self.config.registerNameServerPeriod / 1000)
+            self._soon.clear()
+            await self.register_all()
+
+    def header(self) -> dict[str, Any]:
+        """The fields that name this broker in REGISTER_BROKER and UNREGISTER_BROKER."""
+        cfg = self.config
+        return {"brokerName": cfg.brokerName, "brokerAddr": cfg.broker_addr,
+                "clusterName": cfg.brokerClusterName, "brokerId": cfg.brokerId}
+
+    async def register_all(self) -> None:
+        """REGISTER_BROKER with the topic table to every NameServer, concurrently."""
+        body = orjson.dumps({"topicConfigSerializeWrapper": self.topics.register_body(
+                                 self.config.brokerPermission),
+                             "filterServerList": []})
+        header = {**self.header(), "haServerAddr": self.config.broker_addr,
+                  "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body)
+            try:
+                r = await self.client.invoke(
+                    addr, cmd, self.config.registerBrokerTimeoutMills / 1000)
+                if r.code != ResponseCode.SUCCESS:
+                    log.warning("NameServer %s refused registration: %s", addr, r.remark)
+            except (RemotingError, OSError) as exc:
+                log.warning("cannot register with NameServer %s: %s", addr, exc)
+
+        await asyncio.gather(*(one(a) for a in self.config.namesrv_addrs))
+
+    async def unregister_all(self) -> None:
+        """UNREGISTER_BROKER to every NameServer; one that does not answer is left to expire
+        the broker by itself."""
+        async def one(addr: str) -> None:
+            with contextlib.suppress(RemotingError, OSError):
+                await self.client.invoke(addr, RemotingCommand.request(
+                    RequestCode.UNREGISTER_BROKER, self.header()), 2)
+
+        await asyncio.gather(*(one(a) for a in self.config.namesrv_addrs))

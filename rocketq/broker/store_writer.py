@@ -1,0 +1,93 @@
+"""Writes to the message store from the broker's event loop.
+
+The store knows nothing of asyncio: it appends on the caller's thread and, for SYNC_FLUSH,
+says which offset must be durable before the sender is answered. Waiting for that here never
+blocks the loop: a flush round takes every writer waiting, runs the fsync on a worker thread
+(the GIL is released; the loop keeps serving and more writers queue up for the next round)
+and resolves them together, so one fsync releases many sends (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Sequence
+
+from ..store import BatchMessage, MessageStore, PutResult, StoreMessage
+from ..store.message_store import mark_flush_timeout
+
+
+class StoreWriter:
+    """Appends for coroutines of one event loop; see the module docstring."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._running = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def put_messages(self, messages: Sequence[StoreMessage] | BatchMessage
+                           ) -> list[PutResult]:
+        """Like ``MessageStore.put_messages``, but waits for a SYNC_FLUSH without blocking
+        the loop; a wait longer than ``syncFlushTimeout`` reports FLUSH_DISK_TIMEOUT."""
+        appended, durable_at = self.store.append(messages)
+        if durable_at and not await self._durable(durable_at):
+            mark_flush_timeout(appended)
+        return appended
+
+    async def put_message(self, message: StoreMessage) -> PutResult:
+        return (await self.put_messages((message,)))[0]
+
+    def _durable(self, offset: int) -> asyncio.Future[bool]:
+        """A future that becomes True once ``offset`` is durable (False on timeout)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        gc = self.store.group_commit
+        if gc is None or gc.flushed >= offset:
+            fut.set_result(True)
+            return fut
+        self._waiters.append((offset, fut))
+        if not self._running:
+            self._running = True
+            loop.create_task(self._rounds(loop))
+        return fut
+
+    async def _rounds(self, loop: asyncio.AbstractEventLoop) -> None:
+        gc = self.store.group_commit
+        assert gc is not None
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="rocketq-store-fsync")
+        waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        try:
+            while self._waiters:
+                waiters, self._waiters = self._waiters, []
+                flush = loop.run_in_executor(self._executor, gc.flush)
+                try:
+                    flushed = await asyncio.wait_for(asyncio.shield(flush), gc.timeout)
+                except TimeoutError:
+                    for _, fut in waiters:
+                        if not fut.done():
+                            fut.set_result(False)
+                    await flush  # let the slow fsync finish before starting another
+                    continue
+                for offset, fut in waiters:
+                    if not fut.done():
+                        if offset <= flushed:
+                            fut.set_result(True)
+                        else:
+                            self._waiters.append((offset, fut))
+        except Exception as exc:  # an fsync error: the writers must hear of it
+            for _, fut in (*self._waiters, *waiters):
+                if not fut.done():
+                    fut.set_exception(exc)
+            self._waiters.clear()
+            raise
+        finally:
+            self._running = False
+
+    def close(self) -> None:
+        """Stop the fsync worker (after the store is closed)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
