@@ -16,7 +16,7 @@ import orjson
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Subscription
-from ..protocol.topic import retry_topic
+from ..protocol.topic import is_retry_topic, retry_topic
 from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
 from .consumer_calls import serve_consumer_calls, stop_consumer_calls
@@ -272,7 +272,7 @@ class GroupConsumer:
         stored = await self.offset_store.read(mq)
         if stored is not None and stored >= 0:
             return stored
-        if self.from_where == "first" or mq.topic.startswith("%RETRY%"):
+        if self.from_where == "first" or is_retry_topic(mq.topic):
             return 0
         if self.from_where == "timestamp" and self.consume_timestamp is not None:
             return await self._offset_query(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..protocol.message import MessageRecord, Property, plain_body
+from ..protocol.topic import is_retry_topic
 
 
 @dataclass(frozen=True, order=True)
@@ -175,7 +176,7 @@ class ReceivedMessage:
         body = plain_body(record.body, record.sysflag)
         topic = record.topic
         retry_of = record.properties.get(Property.RETRY_TOPIC)
-        if retry_of and topic.startswith("%RETRY%"):
+        if retry_of and is_retry_topic(topic):
             topic = retry_of  # consumers see the original topic of a retried message
         offset_id = record.offset_msg_id
         return cls(topic, body, record.queue_id, record.queue_offset, record.commitlog_offset,

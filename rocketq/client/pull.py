@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol import PullSysFlag, RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.message import decode_records
 from .allocate import AllocateStrategy
@@ -27,9 +27,8 @@ from .message import MessageQueue, ReceivedMessage
 
 log = logging.getLogger("rocketq.client")
 
-PULL_SUSPEND = 0x2
-PULL_SUBSCRIPTION = 0x4
-PULL_LITE = 0x10
+_LITE_PULL_FLAGS = PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION | PullSysFlag.LITE_PULL
+
 
 
 class _QueueState:
@@ -156,8 +155,7 @@ class AsyncPullConsumer(GroupConsumer):
             sub = self.subscriptions.get(mq.topic) or self._sub_all(mq.topic)
             epoch = state.epoch
             offset = state.next_offset
-            response = await self._pull(mq, offset, sub,
-                                        PULL_SUSPEND | PULL_SUBSCRIPTION | PULL_LITE, 0,
+            response = await self._pull(mq, offset, sub, _LITE_PULL_FLAGS, 0,
                                         self.pull_batch_size, self.suspend_timeout)
             if response is None:
                 continue

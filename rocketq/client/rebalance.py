@@ -1,0 +1,191 @@
+"""Applying a push consumer's share of the queues (the push half of RocketMQ's RebalanceImpl:
+updateProcessQueueTableInRebalance, and RebalancePushImpl's queue locks).
+
+The group consumer allocates the queues among the group's members; this module turns the
+share allocated to this member into work: a queue gained gets a ProcessQueue at the offset to
+start from and a pull task, a queue lost is dropped once its work in flight is done and its
+offset committed. Orderly clustering consumers lock a queue on its broker before they take it,
+renew their locks, and unlock the queues they give up so the next owner can start at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+import orjson
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..remoting import RemotingError
+from .consume_service import ConsumeService
+from .errors import ClientError
+from .instance import ClientInstance
+from .message import MessageQueue
+from .offset_store import OffsetStore
+from .process_queue import ProcessQueue
+from .pull_service import PullService
+
+log = logging.getLogger("rocketq.client")
+
+
+def diff_queues(owned: Iterable[MessageQueue], topic: str, mine: set[MessageQueue]
+                ) -> tuple[list[MessageQueue], list[MessageQueue]]:
+    """The queues of ``topic`` lost (owned, in their order, but no longer in ``mine``) and the
+    queues gained (in ``mine`` but not owned yet, sorted), when the allocation of ``topic``'s
+    queues gives this member ``mine``."""
+    owned = list(owned)
+    lost = [mq for mq in owned if mq.topic == topic and mq not in mine]
+    gained = sorted(mine - set(owned))
+    return lost, gained
+
+
+class QueueLocker:
+    """The broker locks of an orderly clustering group's queues (LOCK_BATCH_MQ and
+    UNLOCK_BATCH_MQ): a queue is consumed by the one member holding its lock."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        self.instance = instance
+        self.group = group
+
+    async def lock(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ on each broker: the queues this member now holds."""
+        held: set[MessageQueue] = set()
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in queues:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, mqs in by_broker.items():
+            body = orjson.dumps({"consumerGroup": self.group,
+                                 "clientId": self.instance.client_id, "onlyThisBroker": False,
+                                 "mqSet": [mq.to_json() for mq in mqs]})
+            try:
+                response = await self.instance.invoke_broker(broker, RemotingCommand.request(
+                    RequestCode.LOCK_BATCH_MQ, None, body), 3, mqs[0].topic)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.info("locking queues on %s failed: %s", broker, exc)
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                for q in orjson.loads(response.body).get("lockOKMQSet") or []:
+                    held.add(MessageQueue(q["topic"], q["brokerName"], int(q["queueId"])))
+        return held
+
+    async def unlock(self, mq: MessageQueue) -> None:
+        """UNLOCK_BATCH_MQ of one queue; a failure only delays the next owner (the lock
+        expires by itself)."""
+        body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
+                             "mqSet": [mq.to_json()]})
+        try:
+            await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+                RequestCode.UNLOCK_BATCH_MQ, None, body), 3, mq.topic)
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("unlocking %s failed: %s (the lock expires by itself)", mq, exc)
+
+
+class PushRebalance:
+    """Starts and stops the work on a push consumer's queues as its share changes.
+
+    ``process_queues`` is the consumer's table of owned queues, changed in place; callers
+    serialize ``update``, ``reset`` and ``drop_all`` (the consumer's queues lock)."""
+
+    def __init__(self, process_queues: dict[MessageQueue, ProcessQueue], pulls: PullService,
+                 consume: ConsumeService, offset_store: OffsetStore,
+                 start_offset: Callable[[MessageQueue], Awaitable[int]],
+                 locker: QueueLocker | None, *, group: str) -> None:
+        self.process_queues = process_queues
+        self.pulls = pulls
+        self.consume = consume
+        self.offset_store = offset_store
+        #: Where consumption of a newly gained queue starts (computePullFromWhere).
+        self.start_offset = start_offset
+        #: Orderly clustering consumers only.
+        self.locker = locker
+        self.group = group
+
+    def _start(self, mq: MessageQueue, offset: int) -> ProcessQueue:
+        pq = ProcessQueue(mq, offset)
+        pq.locked = True  # locked before it was taken (or no lock is needed)
+        self.pulls.start(pq)
+        return pq
+
+    def _stop(self, pq: ProcessQueue) -> None:
+        pq.dropped = True
+        self.pulls.stop(pq)
+
+    async def update(self, topic: str, mine: set[MessageQueue]) -> None:
+        """Own exactly ``mine`` of ``topic``'s queues."""
+        lost, gained = diff_queues(self.process_queues, topic, mine)
+        for mq in lost:
+            pq = self.process_queues[mq]
+            self._stop(pq)
+            await self.consume.wait_queue(pq)
+            await self.offset_store.persist([mq])
+            self.offset_store.remove(mq)
+            del self.process_queues[mq]
+            if self.locker is not None:
+                await self.locker.unlock(mq)
+            log.info("group %s released %s", self.group, mq)
+        for mq in gained:
+            if self.locker is not None and mq not in await self.locker.lock([mq]):
+                continue
+            try:
+                offset = await self.start_offset(mq)
+            except (ClientError, RemotingError, OSError) as exc:
+                log.warning("cannot find where to consume %s from: %s", mq, exc)
+                continue
+            self.offset_store.update(mq, offset)
+            self.process_queues[mq] = self._start(mq, offset)
+            log.info("group %s took %s from offset %d", self.group, mq, offset)
+
+    async def reset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Consume the owned queues of ``topic`` in ``offsets`` from there, as RocketMQ's
+        MQClientInstance.resetOffset does: each queue's ProcessQueue is dropped with the
+        messages it holds (a listener still busy with one of them has its result ignored),
+        the new offsets go to the offset store and are committed, and a new ProcessQueue
+        pulls from the new offset."""
+        dropped = []
+        for mq, offset in sorted(offsets.items()):
+            pq = self.process_queues.get(mq)
+            if mq.topic != topic or pq is None or pq.dropped:
+                continue
+            self._stop(pq)
+            dropped.append((mq, pq, offset))
+        for mq, pq, offset in dropped:
+            # Orderly: the queue's messages stay in order across the reset.
+            await self.consume.wait_queue(pq)
+            self.offset_store.update(mq, offset)
+            fresh = self._start(mq, offset)
+            fresh.locked = pq.locked
+            self.process_queues[mq] = fresh
+            log.info("group %s consumes %s from offset %d after a reset", self.group, mq,
+                     offset)
+        await self.offset_store.persist([mq for mq, _, _ in dropped])
+
+    async def relock(self) -> None:
+        """Renew the locks of every owned queue; a queue whose lock is lost pauses."""
+        if self.locker is None:
+            return
+        owned = list(self.process_queues)
+        if not owned:
+            return
+        held = await self.locker.lock(owned)
+        for mq in owned:
+            pq = self.process_queues.get(mq)
+            if pq is not None:
+                pq.locked = mq in held
+
+    async def relock_loop(self, interval: float) -> None:
+        """Renew the locks every ``interval`` seconds (they expire after 60 s) until
+        cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.relock()
+
+    async def drop_all(self) -> None:
+        """The consumer stops: drop every queue; orderly consumers commit their offsets
+        first, then unlock the queues so the next owners can lock them at once."""
+        for pq in self.process_queues.values():
+            pq.dropped = True
+        if self.locker is not None:
+            await self.offset_store.persist(list(self.process_queues))
+            await asyncio.gather(*(self.locker.unlock(mq) for mq in self.process_queues))
