@@ -3,39 +3,76 @@
     from rocketq import Producer, Message, PushConsumer, PullConsumer, ConsumeResult
 
 The classes here are synchronous; ``rocketq.aio`` has the asyncio versions.
+
+The client is imported on first use of one of these names (PEP 562), so the broker, the
+store and the protocol modules can be imported without loading the client and its remoting.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .client import (  # noqa: E402
-    BrokerError,
-    ClientError,
-    ConsumeResult,
-    LocalTransactionState,
-    Message,
-    MessageQueue,
-    MessageSelector,
-    MessageValidationError,
-    ReceivedMessage,
-    SendResult,
-    SendStatus,
-    TransactionListener,
-    TransactionSendResult,
-    create_reply,
-    select_by_hash,
-)
-from .client.sync import (  # noqa: E402
-    Admin,
-    Producer,
-    PullConsumer,
-    PushConsumer,
-    TransactionProducer,
-)
+if TYPE_CHECKING:
+    from .client import (
+        AllocateAveragely,
+        AllocateAveragelyByCircle,
+        AllocateByConfig,
+        AllocateConsistentHash,
+        BrokerError,
+        ClientError,
+        ConsumeResult,
+        LocalTransactionState,
+        Message,
+        MessageQueue,
+        MessageSelector,
+        MessageValidationError,
+        NameServerError,
+        ReceivedMessage,
+        SendResult,
+        SendStatus,
+        TransactionListener,
+        TransactionSendResult,
+        create_reply,
+        select_by_hash,
+    )
+    from .client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
+
+#: Where each exported name lives; the synchronous classes come from ``client.sync``.
+_SOURCES = {
+    **dict.fromkeys([
+        "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
+        "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult",
+        "LocalTransactionState", "Message", "MessageQueue", "MessageSelector",
+        "MessageValidationError", "NameServerError", "ReceivedMessage", "SendResult",
+        "SendStatus", "TransactionListener", "TransactionSendResult", "create_reply",
+        "select_by_hash"], ".client"),
+    **dict.fromkeys(["Admin", "Producer", "PullConsumer", "PushConsumer",
+                     "TransactionProducer"], ".client.sync"),
+}
 
 __all__ = [
-    "Admin", "BrokerError", "ClientError", "ConsumeResult", "LocalTransactionState", "Message",
-    "MessageQueue", "MessageSelector", "MessageValidationError", "Producer", "PullConsumer",
-    "PushConsumer",
-    "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",
-    "TransactionSendResult", "__version__", "create_reply", "select_by_hash",
+    "Admin", "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
+    "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult",
+    "LocalTransactionState", "Message", "MessageQueue", "MessageSelector",
+    "MessageValidationError", "NameServerError", "Producer", "PullConsumer", "PushConsumer",
+    "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener",
+    "TransactionProducer", "TransactionSendResult", "__version__", "create_reply",
+    "select_by_hash",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the client the first time one of its exported names is looked up."""
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

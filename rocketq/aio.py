@@ -5,16 +5,46 @@
         result = await producer.send(Message("Orders", b"hi"))
 
 A PushConsumer listener may be a coroutine function; it then runs on the event loop.
+
+Every name of ``rocketq`` is here too: the five client classes are their asyncio versions,
+everything else (messages, errors, selectors, allocation strategies) is the same object.
 """
 
-from .client import ConsumeResult, Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from . import __version__
+from .client import (
+    AllocateAveragely,
+    AllocateAveragelyByCircle,
+    AllocateByConfig,
+    AllocateConsistentHash,
+    BrokerError,
+    ClientError,
+    ConsumeResult,
+    LocalTransactionState,
+    Message,
+    MessageQueue,
+    MessageSelector,
+    MessageValidationError,
+    NameServerError,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    TransactionListener,
+    TransactionSendResult,
+    create_reply,
+    select_by_hash,
+)
 from .client.admin import AsyncAdmin as Admin
 from .client.producer import AsyncProducer as Producer
 from .client.pull import AsyncPullConsumer as PullConsumer
 from .client.push import AsyncPushConsumer as PushConsumer
 from .client.transaction import AsyncTransactionProducer as TransactionProducer
-from .client.transaction import LocalTransactionState
 
-__all__ = ["Admin", "ConsumeResult", "LocalTransactionState", "Message", "MessageQueue", "Producer",
-           "PullConsumer", "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus",
-           "TransactionProducer"]
+__all__ = [
+    "Admin", "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
+    "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult",
+    "LocalTransactionState", "Message", "MessageQueue", "MessageSelector",
+    "MessageValidationError", "NameServerError", "Producer", "PullConsumer", "PushConsumer",
+    "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener",
+    "TransactionProducer", "TransactionSendResult", "__version__", "create_reply",
+    "select_by_hash",
+]

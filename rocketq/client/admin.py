@@ -23,6 +23,13 @@ class AsyncAdmin:
     async def close(self) -> None:
         await self.instance.remoting.close()
 
+    async def __aenter__(self) -> AsyncAdmin:
+        """The admin itself; ``close()`` runs on leaving the block."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def masters(self, cluster: str | None = None) -> dict[str, str]:
         """``broker name -> master address`` of every broker (of ``cluster``, if given)."""
         r = await self.instance.invoke_namesrv(lambda: RemotingCommand.request(

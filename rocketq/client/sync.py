@@ -51,11 +51,17 @@ class _LoopThread:
                                "event loop; use the rocketq.aio classes there")
         return self.submit(coro).result(timeout)
 
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a plain function on the loop thread and return its result: the asyncio
+        clients' state belongs to the loop, so even their non-coroutine methods (subscribe,
+        register, seek, ...) run there, never beside a task that uses the same state."""
+        async def on_loop() -> T:
+            return fn(*args, **kwargs)
+        return self.run(on_loop())
+
     def create(self, factory: Callable[[], T]) -> T:
         """Build an object inside the loop (asyncio objects bind to the running loop)."""
-        async def make() -> T:
-            return factory()
-        return self.run(make())
+        return self.call(factory)
 
 
 class Producer:
@@ -67,7 +73,11 @@ class Producer:
 
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
         self._loop = _LoopThread.get()
-        self._async = self._loop.create(lambda: AsyncProducer(group, namesrv, **options))
+        self._async = self._loop.call(self._new_async, group, namesrv, options)
+
+    def _new_async(self, group: str, namesrv: str, options: dict[str, Any]) -> AsyncProducer:
+        """The asyncio producer this one drives (built on the loop thread)."""
+        return AsyncProducer(group, namesrv, **options)
 
     @property
     def group(self) -> str:
@@ -96,11 +106,13 @@ class Producer:
     def send_async(self, message: Message, callback: Callable[
             [concurrent.futures.Future[SendResult]], None] | None = None, *,
                    queue: MessageQueue | None = None, selector: Selector | None = None,
-                   arg: Any = None) -> concurrent.futures.Future[SendResult]:
-        """Send without blocking; the future holds the SendResult or the exception, and
-        ``callback(future)`` runs when it is done."""
+                   arg: Any = None, timeout: float | None = None
+                   ) -> concurrent.futures.Future[SendResult]:
+        """``send`` without blocking: the future holds the SendResult or the exception, and
+        ``callback(future)`` runs when it is done (on the client's loop thread, so it must
+        not make synchronous rocketq calls)."""
         future = self._loop.submit(self._async.send(message, queue=queue, selector=selector,
-                                                    arg=arg))
+                                                    arg=arg, timeout=timeout))
         if callback is not None:
             future.add_done_callback(callback)
         return future
@@ -135,14 +147,20 @@ class TransactionProducer(Producer):
     ...     producer.send_message_in_transaction(Message("Orders", b"..."), arg=order)
     """
 
+    _async: AsyncTransactionProducer
+
     def __init__(self, group: str, listener: TransactionListener, namesrv: str,
                  **options: Any) -> None:
-        self._loop = _LoopThread.get()
-        self._async = self._loop.create(
-            lambda: AsyncTransactionProducer(group, listener, namesrv, **options))
+        self._listener = listener
+        super().__init__(group, namesrv, **options)
+
+    def _new_async(self, group: str, namesrv: str, options: dict[str, Any]
+                   ) -> AsyncTransactionProducer:
+        return AsyncTransactionProducer(group, self._listener, namesrv, **options)
 
     def send_message_in_transaction(self, message: Message, arg: Any = None
                                     ) -> TransactionSendResult:
+        """Store a half message, run the local transaction, then commit or roll back."""
         return self._loop.run(self._async.send_message_in_transaction(message, arg))
 
 
@@ -161,10 +179,12 @@ class PushConsumer:
         self._async = self._loop.create(lambda: AsyncPushConsumer(group, namesrv, **options))
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
-        self._async.subscribe(topic, expression)
+        """Consume ``topic``, keeping the messages ``expression`` (tags or SQL) selects."""
+        self._loop.call(self._async.subscribe, topic, expression)
 
     def register(self, listener: Listener) -> None:
-        self._async.register(listener)
+        """Set the listener; a plain function runs on the consume thread pool."""
+        self._loop.call(self._async.register, listener)
 
     def start(self) -> PushConsumer:
         self._loop.run(self._async.start())
@@ -184,8 +204,21 @@ class PushConsumer:
     def client_id(self) -> str:
         return self._async.instance.client_id
 
+    @property
+    def consumed_count(self) -> int:
+        """Messages consumed since the consumer started."""
+        return self._loop.call(lambda: self._async.consumed_count)
+
     def assigned_queues(self) -> list[MessageQueue]:
-        return self._loop.run(_value(self._async.assigned_queues))
+        return self._loop.call(self._async.assigned_queues)
+
+    def rebalance(self) -> None:
+        """Work out which queues this member owns now, without waiting for the next round."""
+        self._loop.run(self._async.rebalance())
+
+    def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Consume the owned queues of ``topic`` in ``offsets`` from those offsets."""
+        self._loop.run(self._async.reset_offsets(topic, offsets))
 
 
 class PullConsumer:
@@ -202,11 +235,12 @@ class PullConsumer:
         self._async = self._loop.create(lambda: AsyncPullConsumer(group, namesrv, **options))
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
-        self._async.subscribe(topic, expression)
+        """Consume ``topic`` with the group, keeping the messages ``expression`` selects."""
+        self._loop.call(self._async.subscribe, topic, expression)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
-        queues = list(queues)
-        self._loop.run(_value(lambda: self._async.assign(queues)))
+        """Consume exactly these queues (no group rebalancing)."""
+        self._loop.call(self._async.assign, list(queues))
 
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
         return self._loop.run(self._async.fetch_queues(topic))
@@ -229,10 +263,21 @@ class PullConsumer:
         return self._loop.run(self._async.poll(timeout))
 
     def assignment(self) -> list[MessageQueue]:
-        return self._loop.run(_value(self._async.assignment))
+        return self._loop.call(self._async.assignment)
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return self._loop.call(self._async.assigned_queues)
+
+    def rebalance(self) -> None:
+        """Work out which queues this member owns now, without waiting for the next round."""
+        self._loop.run(self._async.rebalance())
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
-        self._loop.run(_value(lambda: self._async.seek(mq, offset)))
+        self._loop.call(self._async.seek, mq, offset)
+
+    def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Seek the owned queues of ``topic`` in ``offsets`` there and commit the positions."""
+        self._loop.run(self._async.reset_offsets(topic, offsets))
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
         self._loop.run(self._async.seek_to_begin(mq))
@@ -250,26 +295,22 @@ class PullConsumer:
         return self._loop.run(self._async.committed(mq))
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
-        queues = list(queues)
-        self._loop.run(_value(lambda: self._async.pause(queues)))
+        self._loop.call(self._async.pause, list(queues))
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
-        queues = list(queues)
-        self._loop.run(_value(lambda: self._async.resume(queues)))
-
-
-async def _value(fn: Callable[[], T]) -> T:
-    return fn()
+        self._loop.call(self._async.resume, list(queues))
 
 
 class Admin:
-    """Topics and message queries: ``create_topic(topic, queues)``,
-    ``view_message(offset_msg_id)``, ``query_messages(topic, key, ...)``,
-    ``query_message_by_unique_key(topic, msg_id)``, ``search_offset(mq, timestamp_ms)``."""
+    """Topics and message queries; see ``rocketq.aio.Admin``.
 
-    def __init__(self, namesrv: str) -> None:
+    >>> with Admin(namesrv="127.0.0.1:9876") as admin:                # doctest: +SKIP
+    ...     admin.create_topic("Orders", queues=8)
+    """
+
+    def __init__(self, namesrv: str, **options: Any) -> None:
         self._loop = _LoopThread.get()
-        self._async = self._loop.create(lambda: AsyncAdmin(namesrv))
+        self._async = self._loop.create(lambda: AsyncAdmin(namesrv, **options))
 
     def close(self) -> None:
         self._loop.run(self._async.close())
@@ -280,17 +321,29 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create_topic(self, topic: str, queues: int = 4, **options: Any) -> dict[str, str]:
-        return self._loop.run(self._async.create_topic(topic, queues, **options))
+    def masters(self, cluster: str | None = None) -> dict[str, str]:
+        """``broker name -> master address`` of every broker (of ``cluster``, if given)."""
+        return self._loop.run(self._async.masters(cluster))
+
+    def create_topic(self, topic: str, queues: int = 4, *, cluster: str | None = None,
+                     perm: int = 6, order: bool = False) -> dict[str, str]:
+        """Create (or update) ``topic`` on every master broker; returns those brokers."""
+        return self._loop.run(self._async.create_topic(topic, queues, cluster=cluster,
+                                                       perm=perm, order=order))
 
     def view_message(self, offset_msg_id: str) -> ReceivedMessage:
         return self._loop.run(self._async.view_message(offset_msg_id))
 
-    def query_messages(self, topic: str, key: str, **options: Any) -> list[ReceivedMessage]:
-        return self._loop.run(self._async.query_messages(topic, key, **options))
+    def query_messages(self, topic: str, key: str, *, max_num: int = 32, begin: int = 0,
+                       end: int | None = None, unique: bool = False) -> list[ReceivedMessage]:
+        """Messages of ``topic`` with key (or, with ``unique``, unique id) ``key``, stored
+        between ``begin`` and ``end`` (ms since the epoch), newest first."""
+        return self._loop.run(self._async.query_messages(
+            topic, key, max_num=max_num, begin=begin, end=end, unique=unique))
 
     def query_message_by_unique_key(self, topic: str, msg_id: str) -> ReceivedMessage:
         return self._loop.run(self._async.query_message_by_unique_key(topic, msg_id))
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms``."""
         return self._loop.run(self._async.search_offset(mq, timestamp_ms))
