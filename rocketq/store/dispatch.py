@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ..protocol import SCHEDULE_TOPIC, TIMER_TOPIC, Property
 from ..protocol.message import (
     BLANK_MAGIC,
+    RECORD_HEADER,
     SIZE_AND_MAGIC,
     MessageFormatError,
     SysFlag,
@@ -30,8 +31,11 @@ from .index import Index
 
 #: The fixed fields dispatch reads (the walker's own four come with them).
 _HEADER = record_struct("queue_id", "queue_offset", "store_timestamp")
-_QUEUE_ID, _QUEUE_OFFSET, _SYSFLAG, _STORE_TIMESTAMP = (
+_NARROW_AT = tuple(
     _HEADER.index(name) for name in ("queue_id", "queue_offset", "sysflag", "store_timestamp"))
+_FULL_AT = tuple(
+    RECORD_HEADER.index(name)
+    for name in ("queue_id", "queue_offset", "sysflag", "store_timestamp"))
 log = logging.getLogger("rocketq.store")
 
 _TAGS = b"TAGS"
@@ -67,6 +71,8 @@ class Dispatcher:
         self.index = index
         self.get_queue = get_queue
         self.reput_offset = 0
+        #: Where a validating run met bytes that are not a sound record (None: it did not).
+        self.bad_record_at: int | None = None
         #: Per topic (as stored): its name, its index key prefix and its kind.
         self._topics: dict[bytes, tuple[str, bytes, int]] = {}
         self._tag_codes: dict[bytes, int] = {}
@@ -88,17 +94,27 @@ class Dispatcher:
             return store_ts + 1000
         return store_ts + levels[level - 1]
 
-    def run(self, end: int, index_from: int = -1, limit: int = 8192
-            ) -> tuple[int, dict[tuple[str, int], int]]:
+    def run(self, end: int, index_from: int = -1, limit: int = 8192, *,
+            validate: bool = False) -> tuple[int, dict[tuple[str, int], int]]:
         """Dispatch records from ``reput_offset`` up to ``end`` (at most ``limit``).
 
         Index entries are written only for records after ``index_from`` (recovery passes the
         offset the index already covers). Returns the number of records and, per queue that
-        grew, its new max offset.
+        grew, its new max offset. Bytes that are not a record raise ValueError, unless
+        ``validate``: then body CRCs are checked too and dispatch stops at the first record
+        that is not sound, leaving its offset in ``bad_record_at`` (recovery after a crash
+        finds the torn tail and rebuilds the queues in one pass).
         """
         commitlog = self.commitlog
         file_size = commitlog.config.mappedFileSizeCommitLog
         walk = walk_records
+        if validate:
+            header = RECORD_HEADER
+            queue_id_at, queue_offset_at, sysflag_at, store_ts_at = _FULL_AT
+        else:
+            header = _HEADER
+            queue_id_at, queue_offset_at, sysflag_at, store_ts_at = _NARROW_AT
+        self.bad_record_at = None
         topics = self._topics
         tag_codes = self._tag_codes
         runs: dict[tuple[str, int], list] = {}
@@ -117,15 +133,15 @@ class Dispatcher:
             nxt = offset - base  # where the next record starts
             stop = min(f.wrote_position, end - base)
             try:
-                for pos, fields, topic_at, topic_len, props_at in walk(mm, nxt, stop,
-                                                                        header=_HEADER):
+                for pos, fields, topic_at, topic_len, props_at in walk(
+                        mm, nxt, stop, header=header, check_crc=validate):
                     size = fields[0]
                     nxt = pos + size
                     raw_topic = mm[topic_at:topic_at + topic_len]
                     props = mm[props_at:nxt]
                     queue_id, queue_offset, sysflag, store_ts = (
-                        fields[_QUEUE_ID], fields[_QUEUE_OFFSET], fields[_SYSFLAG],
-                        fields[_STORE_TIMESTAMP])
+                        fields[queue_id_at], fields[queue_offset_at], fields[sysflag_at],
+                        fields[store_ts_at])
                     info = topics.get(raw_topic)
                     if info is None:
                         info = topics[raw_topic] = _topic_info(raw_topic)
@@ -181,9 +197,15 @@ class Dispatcher:
                     if count >= limit:
                         break
             except MessageFormatError as exc:
-                if SIZE_AND_MAGIC.unpack_from(mm, nxt)[1] != BLANK_MAGIC:
-                    raise ValueError(f"no record at CommitLog offset {base + nxt}: {exc}") \
-                        from None
+                size, magic = (SIZE_AND_MAGIC.unpack_from(mm, nxt) if nxt + 8 <= file_size
+                               else (0, 0))
+                if magic != BLANK_MAGIC or (validate and nxt + size != file_size):
+                    if not validate:
+                        raise ValueError(
+                            f"no record at CommitLog offset {base + nxt}: {exc}") from None
+                    self.bad_record_at = base + nxt
+                    offset = base + nxt
+                    break
                 nxt = file_size  # the filler that closes a file: go on in the next one
             offset = base + nxt
             if nxt < file_size and nxt >= f.wrote_position:

@@ -57,17 +57,24 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
         for f in files:
             if f.from_offset < scan_file.from_offset:
                 f.wrote_position = f.flushed_position = f.file_size
-        end = start
-        while True:
-            records, end, bad = commitlog.scan(end, validate=True)
-            if bad or not records:
+        # One pass: each record is checked (lengths, body CRC) and dispatched; the first
+        # that is not sound is where the log ends. Units for the records before it are
+        # written again where missing (idempotent per unit); the index is written only past
+        # what it already covers.
+        dispatcher.reput_offset = start
+        limit = commitlog.files.max_offset
+        while dispatcher.reput_offset < limit and dispatcher.bad_record_at is None:
+            count, _ = dispatcher.run(limit, index_from=index_from, validate=True)
+            if not count:
                 break
+        end = dispatcher.bad_record_at
+        if end is None:
+            end = dispatcher.reput_offset
         commitlog.files.truncate(end)
+        dispatcher.reput_offset = end
         log.warning("recovered after a crash: scanned CommitLog from %d, end at %d", start, end)
         queues.truncate_to_commitlog(end)
-        dispatcher.reput_offset = start
-        index_from = min(index_from, end)
-    # Re-dispatch what the ConsumeQueues and index may lack (idempotent per unit).
+    # Dispatch what the ConsumeQueues and index may lack (idempotent per unit).
     end = commitlog.max_offset
     while dispatcher.reput_offset < end:
         count, _ = dispatcher.run(end, index_from=index_from)
