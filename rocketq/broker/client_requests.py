@@ -16,14 +16,14 @@ from typing import Any
 
 import orjson
 
-from ..protocol import fastjson
+from ..protocol import Perm, fastjson
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import ProtocolError, RemotingCommand
 from ..protocol.sql92 import SqlError, compile_selector
 from ..protocol.topic import retry_topic
 from ..remoting import Connection
 from .clients import ClientTable, ConsumerGroup
-from .config import PERM_READ, PERM_WRITE, BrokerConfig
+from .config import BrokerConfig
 from .subscription_groups import SubscriptionGroupTable
 from .topics import TopicTable
 
@@ -86,7 +86,7 @@ class ClientRequests:
                 continue
             if self.topics.get(retry_topic(group)) is None:
                 self.topics.create_system(retry_topic(group), cfg.retry_queue_nums,
-                                          PERM_READ | PERM_WRITE)
+                                          Perm.READ | Perm.WRITE)
                 created = True
         if created:
             self.topics_changed()

@@ -9,19 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol.command import JAVA_INT_MAX
+from ..protocol import JAVA_INT_MAX, Perm
 from ..store.config import MessageStoreConfig, _convert, read_properties
-
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-
-def perm_to_string(perm: int) -> str:
-    """RocketMQ's rendering of permission bits, e.g. ``RW-``."""
-    return (("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-")
-            + ("X" if perm & PERM_INHERIT else "-"))
+from .files import write_atomically
 
 
 @dataclass
@@ -35,7 +25,7 @@ class BrokerConfig:
     namesrvAddr: str = "127.0.0.1:9876"
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
-    brokerPermission: int = PERM_READ | PERM_WRITE
+    brokerPermission: int = Perm.READ | Perm.WRITE
     autoCreateTopicEnable: bool = True
     autoCreateSubscriptionGroup: bool = True
     defaultTopicQueueNums: int = 8
@@ -118,7 +108,7 @@ OVERRIDES_FILE = os.path.join("config", "broker.properties")
 #: start, and is refused. Times are in milliseconds unless said otherwise.
 RUNTIME_KEYS: dict[str, tuple[int, int] | None] = {
     # BrokerConfig
-    "brokerPermission": (0, 7),  # PermName.isValid: 0 <= perm < PERM_PRIORITY (8)
+    "brokerPermission": (0, 7),  # PermName.isValid: 0 <= perm < Perm.PRIORITY (8)
     # Read at each registration; the broker registers with the new list at once. RocketMQ
     # takes it up too (BrokerController re-reads namesrvAddr every 2 minutes). A NameServer
     # left out forgets the broker when its registration expires, as in RocketMQ.
@@ -245,13 +235,12 @@ def overrides_path(store_config: MessageStoreConfig) -> str:
 def save_overrides(path: str, values: dict[str, Any]) -> None:
     """Add ``values`` to the saved changes (replacing a key saved before), atomically: a
     failure raises OSError and leaves the file as it was."""
-    from .topics import _atomic_write  # topics imports this module
 
     saved = parse_properties(Path(path).read_text(encoding="utf-8")) \
         if os.path.exists(path) else {}
     saved.update({k: _render(v) for k, v in values.items()})
     text = "".join(f"{k}={v}\n" for k, v in sorted(saved.items()))
-    _atomic_write(path, ("# Changes made with updateBrokerConfig; applied over broker.conf "
+    write_atomically(path, ("# Changes made with updateBrokerConfig; applied over broker.conf "
                          "at start.\n" + text).encode())
 
 

@@ -28,7 +28,7 @@ from ..protocol.message import (
 )
 from ..protocol.topic import SCHEDULE_TOPIC
 from ..store import StoreMessage
-from .topics import _atomic_write
+from .files import write_atomically
 
 if TYPE_CHECKING:
     from ..store import MessageStore, MessageStoreConfig, PutResult
@@ -86,7 +86,7 @@ def record_to_real(record: MessageRecord) -> StoreMessage:
     except ValueError:
         queue_id = 0
     for name in (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_MS,
-                 Property.TIMER_DELAY_SEC, "TIMER_OUT_MS"):
+                 Property.TIMER_DELAY_SEC, Property.TIMER_OUT_MS):
         props.pop(name, None)
     return StoreMessage.from_record(record, topic, queue_id, encode_properties(props))
 
@@ -123,7 +123,7 @@ class DelayDelivery:
 
     def persist(self) -> None:
         data = {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
-        _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
     async def run(self) -> None:
         """Deliver due messages as they fall due, until cancelled."""

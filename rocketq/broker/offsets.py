@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from .topics import _atomic_write
+from .files import write_atomically
 
 
 class ConsumerOffsets:
@@ -68,4 +68,4 @@ class ConsumerOffsets:
             data: dict[str, Any] = {"offsetTable": {
                 k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()}}
             self._dirty = False
-        _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..protocol import Perm, PullSysFlag
 from ..protocol.codes import ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import EXPRESSION_SQL92, Subscription
@@ -20,7 +21,7 @@ from ..protocol.sql92 import SqlError, compile_selector
 from ..remoting import Connection
 from ..store import GetStatus
 from .clients import ClientTable
-from .config import PERM_READ, BrokerConfig
+from .config import BrokerConfig
 from .offsets import ConsumerOffsets
 from .stats import Stats
 from .subscription_groups import SubscriptionGroupTable
@@ -29,9 +30,6 @@ from .topics import TopicTable
 if TYPE_CHECKING:
     from ..store import MessageStore
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
 MAX_SUSPEND_SECONDS = 60.0
 
 _STATUS_CODES = {
@@ -104,7 +102,7 @@ class PullProcessor:
         offset = cmd.int_field("queueOffset")
         max_nums = cmd.int_field("maxMsgNums", 32)
         sysflag = cmd.int_field("sysFlag", 0)
-        if not config.brokerPermission & PERM_READ:
+        if not config.brokerPermission & Perm.READ:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{config.brokerName}] pulling "
                                        "message is forbidden")
@@ -119,7 +117,7 @@ class PullProcessor:
         if topic_config is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"topic[{topic}] not exist, apply first please!")
-        if not topic_config.perm & PERM_READ:
+        if not topic_config.perm & Perm.READ:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the topic[{topic}] pulling message is forbidden")
         if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
@@ -127,7 +125,7 @@ class PullProcessor:
                                 remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                                        f"topicConfig.readQueueNums:"
                                        f"[{topic_config.read_queue_nums}]")
-        if sysflag & FLAG_SUBSCRIPTION:
+        if sysflag & PullSysFlag.SUBSCRIPTION:
             expression = ext.get("subscription") or "*"
             kind = ext.get("expressionType") or "TAG"
             key = (topic, expression, kind)
@@ -167,7 +165,7 @@ class PullProcessor:
 
             def record_filter(view: memoryview) -> bool:
                 return selector(record_properties(view))
-        if sysflag & FLAG_COMMIT_OFFSET:
+        if sysflag & PullSysFlag.COMMIT_OFFSET:
             commit = cmd.int_field("commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit(group, topic, queue_id, commit)
@@ -190,7 +188,7 @@ class PullProcessor:
         else:
             code = _STATUS_CODES[status]
             next_offset = result.next_begin_offset
-        if (code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sysflag & FLAG_SUSPEND):
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sysflag & PullSysFlag.SUSPEND:
             return None
         return cmd.response(code, {
             "suggestWhichBrokerId": 0, "nextBeginOffset": next_offset,

@@ -14,14 +14,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..protocol import Perm
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import (
     JAVA_INT_MAX,
     JAVA_INT_MIN,
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
-    ProtocolError,
     RemotingCommand,
+    int_value,
 )
 from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
@@ -44,7 +45,7 @@ from ..store import (
 )
 from ..store.errors import StoreClosedError
 from .clients import ClientTable
-from .config import PERM_WRITE, BrokerConfig
+from .config import BrokerConfig
 from .delay import delay_level_of, is_delayable, to_schedule
 from .send_back import dead_letter_topic
 from .stats import Stats
@@ -115,16 +116,6 @@ def _bad_header(header: dict[str, str], names: _HeaderKeys) -> str:
     return "bad send header"
 
 
-def _int(header: dict[str, str], name: str, default: int) -> int:
-    value = header.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ProtocolError(f"field {name!r} is not an integer: {value!r}") from None
-
-
 #: A single send waiting to be appended with the others of its loop iteration.
 _Queued = tuple[Connection, RemotingCommand, StoreMessage, int]
 
@@ -173,7 +164,7 @@ class SendProcessor:
         ext = cmd.ext_fields
         names = _V2_KEYS if cmd.code in V2_CODES else _LONG_KEYS
         topic = ext.get(names.topic) or ""
-        if not config.brokerPermission & PERM_WRITE:
+        if not config.brokerPermission & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{config.brokerName}] sending message "
                                        "is forbidden")
@@ -198,12 +189,12 @@ class SendProcessor:
                 return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
             topic_config = self.topics.create_in_send(
                 topic, ext.get(names.default_topic) or "TBW102",
-                _int(ext, names.default_queue_nums, 4))
+                int_value(ext, names.default_queue_nums, 4))
             if topic_config is None:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                     remark=f"topic[{topic}] not exist, apply first please!")
             self.topics_changed()
-        if not topic_config.perm & PERM_WRITE:
+        if not topic_config.perm & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the topic[{topic}] sending message is forbidden")
         if queue_id < 0:
@@ -231,7 +222,7 @@ class SendProcessor:
         else:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 group = self.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-                max_times = _int(ext, names.max_reconsume,
+                max_times = int_value(ext, names.max_reconsume,
                                  16 if group is None else group.max_reconsume_times)
                 if reconsume >= max_times:
                     # Retried too often: the message goes to the group's dead-letter queue.

@@ -12,13 +12,14 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import Perm
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.message import Property, encode_properties
 from ..protocol.topic import dlq_topic, retry_topic
 from ..remoting import Connection
 from ..store import MessageStoreConfig, StoreMessage
-from .config import PERM_READ, PERM_WRITE, BrokerConfig
+from .config import BrokerConfig
 from .delay import to_schedule
 from .subscription_groups import SubscriptionGroupTable
 from .topics import TopicTable
@@ -33,7 +34,7 @@ def dead_letter_topic(topics: TopicTable, group: str, topics_changed: Callable[[
     """The group's dead-letter topic, created on first use."""
     topic = dlq_topic(group)
     if topics.get(topic) is None:
-        topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+        topics.create_system(topic, 1, Perm.READ | Perm.WRITE)
         topics_changed()
     return topic
 
@@ -91,7 +92,7 @@ class SendBack:
         retry_config = self.topics.get(retry)
         if retry_config is None:
             retry_config = self.topics.create_system(retry, cfg.retry_queue_nums,
-                                                     PERM_READ | PERM_WRITE)
+                                                     Perm.READ | Perm.WRITE)
             self.topics_changed()
         delay_level = cmd.int_field("delayLevel", 0)
         # The group's retryMaxTimes, unless the consumer says otherwise (clients since 3.4.9).

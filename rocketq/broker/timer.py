@@ -25,14 +25,13 @@ import orjson
 from ..protocol.message import Property
 from ..protocol.topic import TIMER_TOPIC
 from .delay import record_to_real, with_real_destination
-from .topics import _atomic_write
+from .files import write_atomically
 
 if TYPE_CHECKING:
     from ..store import MessageStore, PutResult
 
 log = logging.getLogger("rocketq.broker")
 
-TIMER_OUT_MS = "TIMER_OUT_MS"
 
 
 class TimerError(ValueError):
@@ -60,7 +59,7 @@ def due_time(props: dict[str, str], now_ms: int, max_delay_s: int) -> int | None
 def to_timer(topic: str, queue_id: int, properties: str, due_ms: int) -> tuple[str, int, str]:
     """Where a timed message waits: the timer topic, its due time in TIMER_OUT_MS."""
     return TIMER_TOPIC, 0, with_real_destination(topic, queue_id, properties,
-                                                 **{TIMER_OUT_MS: str(due_ms)})
+                                                 **{Property.TIMER_OUT_MS: str(due_ms)})
 
 
 class TimerWheel:
@@ -113,7 +112,7 @@ class TimerWheel:
 
     def persist(self) -> None:
         data = {"low": self.low, "done": base64.b64encode(bytes(self.done)).decode()}
-        _atomic_write(self.path, orjson.dumps(data))
+        write_atomically(self.path, orjson.dumps(data))
 
     def _add(self, offset: int, due_ms: int) -> None:
         second = due_ms // 1000

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from ..protocol import Perm
 from ..protocol.command import JAVA_INT_MAX, JAVA_INT_MIN
 from ..protocol.topic import (
     AUTO_CREATE_TOPIC_KEY,
@@ -23,7 +24,8 @@ from ..protocol.topic import (
     IllegalTopicError,
     validate_topic,
 )
-from .config import PERM_INHERIT, PERM_READ, PERM_WRITE, BrokerConfig
+from .config import BrokerConfig
+from .files import write_atomically
 
 T = TypeVar("T")
 
@@ -35,7 +37,7 @@ class TopicConfig:
     topic_name: str
     read_queue_nums: int = 16
     write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
+    perm: int = Perm.READ | Perm.WRITE
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
@@ -97,7 +99,7 @@ def topic_config_from_request(ext: Mapping[str, str]) -> TopicConfig:
 
     read = integer("readQueueNums", 16, 1, MAX_QUEUE_NUMS)
     write = integer("writeQueueNums", 16, 1, MAX_QUEUE_NUMS)
-    perm = integer("perm", PERM_READ | PERM_WRITE, 0, 7)
+    perm = integer("perm", Perm.READ | Perm.WRITE, 0, 7)
     sys_flag = integer("topicSysFlag", 0, JAVA_INT_MIN, JAVA_INT_MAX)
     filter_type = str(ext.get("topicFilterType") or "SINGLE_TAG")
     if filter_type not in TOPIC_FILTER_TYPES:
@@ -171,11 +173,11 @@ class TopicTable:
                   TopicConfig(TIMER_TOPIC, 1, 1)]
         if cfg.autoCreateTopicEnable:
             wanted.append(self.auto_create_topic())
-        base = PERM_INHERIT
+        base = Perm.INHERIT
         wanted.append(TopicConfig(cfg.brokerClusterName, 16, 16, base | (
-            PERM_READ | PERM_WRITE if cfg.clusterTopicEnable else 0)))
+            Perm.READ | Perm.WRITE if cfg.clusterTopicEnable else 0)))
         wanted.append(TopicConfig(cfg.brokerName, 1, 1, base | (
-            PERM_READ | PERM_WRITE if cfg.brokerTopicEnable else 0)))
+            Perm.READ | Perm.WRITE if cfg.brokerTopicEnable else 0)))
         with self.lock:
             changes: dict[str, TopicConfig | None] = {
                 t.topic_name: t for t in wanted if t.topic_name not in self.topics}
@@ -189,7 +191,7 @@ class TopicTable:
         send to a topic nobody created, and whose queues and perm such a topic inherits."""
         queues = self.config.defaultTopicQueueNums
         return TopicConfig(AUTO_CREATE_TOPIC_KEY, queues, queues,
-                           PERM_INHERIT | PERM_READ | PERM_WRITE)
+                           Perm.INHERIT | Perm.READ | Perm.WRITE)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
@@ -239,16 +241,16 @@ class TopicTable:
             if existing is not None:
                 return existing
             default = self.topics.get(default_topic)
-            if default is None or not default.perm & PERM_INHERIT:
+            if default is None or not default.perm & Perm.INHERIT:
                 return None
             if default_topic == AUTO_CREATE_TOPIC_KEY and not self.config.autoCreateTopicEnable:
                 return None
             queues = max(1, min(queue_nums, default.write_queue_nums))
-            created = TopicConfig(topic, queues, queues, default.perm & ~PERM_INHERIT)
+            created = TopicConfig(topic, queues, queues, default.perm & ~Perm.INHERIT)
             self._change({topic: created})
             return created
 
-    def create_system(self, topic: str, queues: int = 1, perm: int = PERM_READ | PERM_WRITE
+    def create_system(self, topic: str, queues: int = 1, perm: int = Perm.READ | Perm.WRITE
                       ) -> TopicConfig:
         """Create a retry or dead-letter topic of a group if it is missing."""
         with self.lock:
@@ -268,7 +270,7 @@ class TopicTable:
             table = {n: t.to_json() for n, t in self.topics.items()}
             version = self.data_version.to_json()
         if broker_permission is not None and (
-                not broker_permission & PERM_READ or not broker_permission & PERM_WRITE):
+                not broker_permission & Perm.READ or not broker_permission & Perm.WRITE):
             for data in table.values():
                 data["perm"] = broker_permission
         return {"topicConfigTable": table, "dataVersion": version}
@@ -288,20 +290,9 @@ def save_versioned(path: str, table_key: str, table: Mapping[str, T],
         else:
             new[name] = value
     following = version.following() if next_version else version
-    _atomic_write(path, orjson.dumps({
+    write_atomically(path, orjson.dumps({
         table_key: {n: to_json(v) for n, v in sorted(new.items())},
         "dataVersion": following.to_json()}, option=orjson.OPT_INDENT_2))
     if next_version:
         version.assign(following)
     return new
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``path`` so that a crash leaves the old or the new file, never half of one."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

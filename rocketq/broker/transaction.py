@@ -39,7 +39,8 @@ from ..store import StoreMessage
 from .clients import ClientTable
 from .config import BrokerConfig
 from .delay import with_real_destination
-from .topics import TopicTable, _atomic_write
+from .files import write_atomically
+from .topics import TopicTable
 
 if TYPE_CHECKING:
     from ..store import MessageStore, PutResult
@@ -109,7 +110,7 @@ class Transactions:
     def persist(self) -> None:
         data = {"halfOffset": self.half_offset,
                 "checks": {str(k): v for k, v in sorted(self.checks.items())}}
-        _atomic_write(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
     async def _write_op(self, half_queue_offset: int) -> None:
         message = StoreMessage(TRANS_OP_HALF_TOPIC, str(half_queue_offset).encode(), 0,

@@ -18,15 +18,13 @@ import orjson
 
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from ..protocol.topic import AUTO_CREATE_TOPIC_KEY
+from ..protocol.topic import AUTO_CREATE_TOPIC_KEY, Perm
 from ..remoting import Connection, RemotingClient, RemotingError, cancel_tasks
 from .errors import BrokerError, ClientError, NameServerError
 from .message import MessageQueue
 
 log = logging.getLogger("rocketq.client")
 
-PERM_READ = 4
-PERM_WRITE = 2
 MASTER_ID = 0
 
 
@@ -51,10 +49,10 @@ class TopicRoute:
         route = cls(topic, queue_datas, addrs)
         for q in queue_datas:
             name = q["brokerName"]
-            if q.get("perm", 6) & PERM_WRITE and MASTER_ID in addrs.get(name, {}):
+            if q.get("perm", 6) & Perm.WRITE and MASTER_ID in addrs.get(name, {}):
                 route.publish_queues.extend(MessageQueue(topic, name, i)
                                             for i in range(int(q.get("writeQueueNums", 0))))
-            if q.get("perm", 6) & PERM_READ:
+            if q.get("perm", 6) & Perm.READ:
                 route.subscribe_queues.extend(MessageQueue(topic, name, i)
                                               for i in range(int(q.get("readQueueNums", 0))))
         return route
@@ -188,7 +186,7 @@ class ClientInstance:
         queues: list[MessageQueue] = []
         for q in default.queue_datas:
             n = min(default_queue_nums, int(q.get("writeQueueNums", 0)))
-            if q.get("perm", 6) & PERM_WRITE and MASTER_ID in default.broker_addrs.get(
+            if q.get("perm", 6) & Perm.WRITE and MASTER_ID in default.broker_addrs.get(
                     q["brokerName"], {}):
                 queues.extend(MessageQueue(topic, q["brokerName"], i) for i in range(n))
         return TopicRoute(topic, default.queue_datas, default.broker_addrs, queues, [])

@@ -25,7 +25,12 @@ from ..protocol.message import (
     encode_batch,
     encode_properties,
 )
-from ..protocol.topic import AUTO_CREATE_TOPIC_KEY, IllegalTopicError, validate_topic
+from ..protocol.topic import (
+    AUTO_CREATE_TOPIC_KEY,
+    IllegalTopicError,
+    is_retry_topic,
+    validate_topic,
+)
 from ..remoting import RemotingError
 from .errors import BrokerError, ClientError, MessageValidationError
 from .instance import ClientInstance
@@ -318,7 +323,7 @@ class AsyncProducer:
                "g": str(int(time.time() * 1000)), "h": str(message.flag), "i": props,
                "j": "0", "k": "false", "m": "true" if batch else "false",
                "n": mq.broker_name}
-        if mq.topic.startswith("%RETRY%"):
+        if is_retry_topic(mq.topic):
             # A consumer's hand-back: the retry counters travel in the header.
             ext["j"] = message.properties.get(Property.RECONSUME_TIME, "0")
             max_times = message.properties.get(Property.MAX_RECONSUME_TIMES)

@@ -58,6 +58,20 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def int_value(fields: dict[str, str], name: str, default: int | None = None) -> int:
+    """The integer ``fields[name]`` (an extFields map); ``default`` when absent or empty.
+    Raises ProtocolError naming the field when it is absent without a default, or bad."""
+    value = fields.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise ProtocolError(f"the request lacks the field {name!r}")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ProtocolError(f"field {name!r} is not an integer: {value!r}") from None
+
+
 class RemotingCommand:
     """One request or response: a code, string-valued ``ext_fields``, a body."""
 
@@ -118,15 +132,7 @@ class RemotingCommand:
 
     def int_field(self, name: str, default: int | None = None) -> int:
         """An integer extField; raises ProtocolError naming the field if absent or bad."""
-        value = self.ext_fields.get(name)
-        if value is None or value == "":
-            if default is None:
-                raise ProtocolError(f"the request lacks the field {name!r}")
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            raise ProtocolError(f"field {name!r} is not an integer: {value!r}") from None
+        return int_value(self.ext_fields, name, default)
 
     def bool_field(self, name: str, default: bool = False) -> bool:
         """A boolean extField: ``true``/``1`` (any case) is true, as C++ sends ``"1"``."""

@@ -12,13 +12,14 @@ import pytest
 from rocketq.broker.admin_requests import AdminRequests
 from rocketq.broker.client_requests import LOCK_EXPIRY, ClientRequests
 from rocketq.broker.clients import ClientTable
-from rocketq.broker.config import PERM_READ, PERM_WRITE, BrokerConfig
+from rocketq.broker.config import BrokerConfig
 from rocketq.broker.message_queries import MessageQueries
 from rocketq.broker.offset_requests import OffsetRequests
 from rocketq.broker.offsets import ConsumerOffsets
 from rocketq.broker.registration import Registration
 from rocketq.broker.subscription_groups import SubscriptionGroupTable
 from rocketq.broker.topics import TopicTable
+from rocketq.protocol import Perm
 from rocketq.protocol.codes import RequestCode, ResponseCode
 from rocketq.protocol.command import ProtocolError, RemotingCommand
 
@@ -93,7 +94,7 @@ def test_heartbeat_creates_the_retry_topic_and_asks_for_registration_once(tmp_pa
     r = part.heartbeat(conn, request(RequestCode.HEART_BEAT, heartbeat_body("c1", "G1")))
     assert r.code == ResponseCode.SUCCESS
     retry = part.topics.get("%RETRY%G1")
-    assert retry is not None and retry.perm & (PERM_READ | PERM_WRITE)
+    assert retry is not None and retry.perm & (Perm.READ | Perm.WRITE)
     assert changed == [1]
     assert [g.name for g in notified] == ["G1"]  # a new member: the group is told
     assert part.clients.consumer_ids("G1") == ["c1"]
