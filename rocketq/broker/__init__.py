@@ -30,8 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
 from .admin_requests import AdminRequests, guard_admin_fields

@@ -26,10 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import fastjson
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import ProtocolError, RemotingCommand
-from ..protocol.topic import AUTO_CREATE_TOPIC_KEY
+from ..protocol import (
+    AUTO_CREATE_TOPIC_KEY,
+    ProtocolError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    fastjson,
+)
 from ..remoting import Connection
 from .clients import ClientChannel, ClientTable
 from .config import (

@@ -16,11 +16,16 @@ from typing import Any
 
 import orjson
 
-from ..protocol import Perm, fastjson
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import ProtocolError, RemotingCommand
+from ..protocol import (
+    Perm,
+    ProtocolError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    fastjson,
+    retry_topic,
+)
 from ..protocol.sql92 import SqlError, compile_selector
-from ..protocol.topic import retry_topic
 from ..remoting import Connection
 from .clients import ClientTable, ConsumerGroup
 from .config import BrokerConfig

@@ -41,10 +41,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import fastjson
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import JAVA_LONG_MAX, JAVA_LONG_MIN, RemotingCommand
-from ..protocol.message import MessageFormatError, decode_offset_msg_id
+from ..protocol import (
+    JAVA_LONG_MAX,
+    JAVA_LONG_MIN,
+    MessageFormatError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    fastjson,
+)
+from ..protocol.message import decode_offset_msg_id
 from ..remoting import Connection, RemotingError, RemotingTimeoutError
 from .clients import ClientChannel, ClientTable
 from .offsets import ConsumerOffsets

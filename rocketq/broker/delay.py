@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol.message import (
+from ..protocol import (
+    SCHEDULE_TOPIC,
     MessageRecord,
     Property,
     SysFlag,
     decode_properties,
     encode_properties,
 )
-from ..protocol.topic import SCHEDULE_TOPIC
 from ..store import StoreMessage
 from .files import write_atomically
 

@@ -11,8 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection
 
 if TYPE_CHECKING:

@@ -12,9 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..protocol import Perm, PullSysFlag
-from ..protocol.codes import ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import Perm, PullSysFlag, RemotingCommand, ResponseCode
 from ..protocol.filter import EXPRESSION_SQL92, Subscription
 from ..protocol.message import record_properties
 from ..protocol.sql92 import SqlError, compile_selector

@@ -17,8 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import RemotingClient, RemotingError
 from .config import BrokerConfig
 from .topics import TopicTable

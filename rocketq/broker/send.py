@@ -14,26 +14,24 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..protocol import Perm
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import (
+from ..protocol import (
     JAVA_INT_MAX,
     JAVA_INT_MIN,
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
+    RETRY_GROUP_TOPIC_PREFIX,
+    IllegalTopicError,
+    Perm,
     RemotingCommand,
-    int_value,
-)
-from ..protocol.message import (
-    MAX_PROPERTIES_SIZE,
+    RequestCode,
+    ResponseCode,
     SysFlag,
     decode_properties,
     encode_properties,
-    host_to_bytes,
-    join_properties,
-    property_value,
+    validate_topic,
 )
-from ..protocol.topic import RETRY_GROUP_TOPIC_PREFIX, IllegalTopicError, validate_topic
+from ..protocol.command import int_value
+from ..protocol.message import MAX_PROPERTIES_SIZE, host_to_bytes, join_properties, property_value
 from ..remoting import Connection
 from ..store import (
     BatchMessage,

@@ -12,11 +12,16 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import Perm
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import Property, encode_properties
-from ..protocol.topic import dlq_topic, retry_topic
+from ..protocol import (
+    Perm,
+    Property,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    dlq_topic,
+    encode_properties,
+    retry_topic,
+)
 from ..remoting import Connection
 from ..store import MessageStoreConfig, StoreMessage
 from .config import BrokerConfig

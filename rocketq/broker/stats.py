@@ -18,9 +18,8 @@ from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import __version__
-from ..protocol.codes import CURRENT_VERSION
+from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
 from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
-from ..protocol.topic import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from ..store import MessageStore

@@ -21,8 +21,7 @@ from typing import Any
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand
+from ..protocol import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection
 from .config import BrokerConfig
 from .offsets import ConsumerOffsets

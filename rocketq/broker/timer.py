@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol.message import Property
-from ..protocol.topic import TIMER_TOPIC
+from ..protocol import TIMER_TOPIC, Property
 from .delay import record_to_real, with_real_destination
 from .files import write_atomically
 

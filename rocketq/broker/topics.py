@@ -13,15 +13,16 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ..protocol import Perm
-from ..protocol.command import JAVA_INT_MAX, JAVA_INT_MIN
-from ..protocol.topic import (
+from ..protocol import (
     AUTO_CREATE_TOPIC_KEY,
+    JAVA_INT_MAX,
+    JAVA_INT_MIN,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     IllegalTopicError,
+    Perm,
     validate_topic,
 )
 from .config import BrokerConfig

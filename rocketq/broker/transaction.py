@@ -23,17 +23,20 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import (
+from ..protocol import (
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     MessageRecord,
     Property,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
     SysFlag,
     decode_properties,
     encode_properties,
-    encode_record,
 )
-from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from ..protocol.message import encode_record
+from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC
 from ..remoting import Connection
 from ..store import StoreMessage
 from .clients import ClientTable

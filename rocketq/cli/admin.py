@@ -15,9 +15,7 @@ import orjson
 from ..client.admin import AsyncAdmin
 from ..client.errors import ClientError
 from ..client.instance import ClientInstance
-from ..protocol import fastjson
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..protocol import fastjson
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import MessageFormatError, decode_offset_msg_id, decode_records
+from ..protocol import (
+    MessageFormatError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    decode_records,
+    fastjson,
+)
+from ..protocol.message import decode_offset_msg_id
 from .errors import ClientError
 from .instance import ClientInstance
 from .message import MessageQueue, ReceivedMessage

@@ -18,10 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import Property
-from ..protocol.topic import retry_topic
+from ..protocol import Property, RemotingCommand, RequestCode, ResponseCode, retry_topic
 from ..remoting import RemotingError
 from .errors import ClientError
 from .instance import ClientInstance

@@ -13,10 +13,8 @@ from typing import Any
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode, is_retry_topic, retry_topic
 from ..protocol.filter import Subscription
-from ..protocol.topic import is_retry_topic, retry_topic
 from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
 from .consumer_calls import serve_consumer_calls, stop_consumer_calls

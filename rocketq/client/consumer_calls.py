@@ -14,10 +14,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..protocol import fastjson
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import MessageFormatError, decode_record
+from ..protocol import (
+    MessageFormatError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    decode_record,
+    fastjson,
+)
 from ..remoting import Connection
 from .instance import ClientInstance
 from .message import MessageQueue, ReceivedMessage

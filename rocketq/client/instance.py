@@ -16,9 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.topic import AUTO_CREATE_TOPIC_KEY, Perm
+from ..protocol import AUTO_CREATE_TOPIC_KEY, Perm, RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingError, cancel_tasks
 from .errors import BrokerError, ClientError, NameServerError
 from .message import MessageQueue

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..protocol.message import MessageRecord, Property, plain_body
-from ..protocol.topic import is_retry_topic
+from ..protocol import MessageRecord, Property, is_retry_topic
+from ..protocol.message import plain_body
 
 
 @dataclass(frozen=True, order=True)

@@ -11,8 +11,7 @@ from typing import Protocol
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import RemotingError
 from .errors import ClientError
 from .instance import ClientInstance

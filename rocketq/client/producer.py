@@ -16,21 +16,20 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import FLAG_ONEWAY, RemotingCommand
-from ..protocol.message import (
-    MAX_PROPERTIES_SIZE,
-    Property,
-    SysFlag,
-    encode_batch,
-    encode_properties,
-)
-from ..protocol.topic import (
+from ..protocol import (
     AUTO_CREATE_TOPIC_KEY,
+    FLAG_ONEWAY,
     IllegalTopicError,
+    Property,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SysFlag,
+    encode_properties,
     is_retry_topic,
     validate_topic,
 )
+from ..protocol.message import MAX_PROPERTIES_SIZE, encode_batch
 from ..remoting import RemotingError
 from .errors import BrokerError, ClientError, MessageValidationError
 from .instance import ClientInstance

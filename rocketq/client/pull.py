@@ -16,9 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..protocol import PullSysFlag, RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import decode_records
+from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode, decode_records
 from .allocate import AllocateStrategy
 from .consumer import GroupConsumer
 from .errors import ClientError

@@ -13,10 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ..protocol import PullSysFlag, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import PullSysFlag, RemotingCommand, ResponseCode, decode_records
 from ..protocol.filter import Subscription
-from ..protocol.message import decode_records
 from .message import MessageQueue, ReceivedMessage
 from .offset_store import OffsetStore
 from .process_queue import ProcessQueue

@@ -16,8 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import RemotingError
 from .consume_service import ConsumeService
 from .errors import ClientError

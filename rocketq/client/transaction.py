@@ -11,9 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..protocol.codes import RequestCode
-from ..protocol.command import RemotingCommand
-from ..protocol.message import Property, SysFlag, decode_offset_msg_id, decode_record
+from ..protocol import Property, RemotingCommand, RequestCode, SysFlag, decode_record
+from ..protocol.message import decode_offset_msg_id
 from ..remoting import Connection, RemotingError
 from .errors import ClientError, MessageValidationError
 from .instance import ClientInstance

@@ -14,12 +14,13 @@ from typing import Any
 
 import orjson
 
-from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
-from ..protocol.topic import (
+from ..protocol import (
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
 )
 from ..remoting import Connection, RemotingServer
 from .routes import RouteTable

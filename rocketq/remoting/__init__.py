@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ..protocol.command import MAX_FRAME_SIZE, RemotingCommand
+from ..protocol import MAX_FRAME_SIZE, RemotingCommand
 from .connection import (
     Connection,
     ConnectionClosedError,

@@ -14,16 +14,15 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..protocol.codes import ResponseCode
-from ..protocol.command import (
+from ..protocol import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
     FrameDecoder,
     ProtocolError,
     RemotingCommand,
-    encode,
-    encode_prefix,
+    ResponseCode,
 )
+from ..protocol.command import encode, encode_prefix
 
 log = logging.getLogger("rocketq.remoting")
 

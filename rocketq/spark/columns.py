@@ -12,14 +12,8 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from ..protocol.message import (
-    RECORD_HEADER_SIZE,
-    Property,
-    create_offset_msg_id,
-    decode_properties,
-    plain_body,
-    walk_records,
-)
+from ..protocol import Property, decode_properties, walk_records
+from ..protocol.message import RECORD_HEADER_SIZE, create_offset_msg_id, plain_body
 
 ARROW_SCHEMA = pa.schema([
     ("topic", pa.string()),

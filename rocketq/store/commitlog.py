@@ -13,6 +13,15 @@ import threading
 import time
 from collections.abc import Sequence
 
+from ..protocol import (
+    IllegalTopicError,
+    MessageFormatError,
+    MessageRecord,
+    SysFlag,
+    encode_properties,
+    validate_topic,
+    walk_records,
+)
 from ..protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -20,18 +29,12 @@ from ..protocol.message import (
     MAX_PROPERTIES_SIZE,
     RECORD_FIXED_SIZE,
     SIZE_AND_MAGIC,
-    MessageFormatError,
-    MessageRecord,
-    SysFlag,
     create_offset_msg_id,
-    encode_properties,
     host_to_bytes,
     record_parts,
     split_batch,
     topic_field,
-    walk_records,
 )
-from ..protocol.topic import IllegalTopicError, validate_topic
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
 from .mapped_file import MappedFile, MappedFileQueue

@@ -13,17 +13,21 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..protocol import SCHEDULE_TOPIC, TIMER_TOPIC, Property
+from ..protocol import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    MessageFormatError,
+    Property,
+    SysFlag,
+    walk_records,
+)
 from ..protocol.message import (
     BLANK_MAGIC,
     RECORD_HEADER,
     SIZE_AND_MAGIC,
-    MessageFormatError,
-    SysFlag,
     java_hash,
     property_value,
     record_struct,
-    walk_records,
 )
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue

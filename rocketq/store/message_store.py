@@ -25,12 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from ..protocol import MessageRecord, decode_record
 from ..protocol.message import (
     STORE_TIMESTAMP,
     STORE_TIMESTAMP_POS,
-    MessageRecord,
     decode_offset_msg_id,
-    decode_record,
     property_value,
 )
 from .checkpoint import Checkpoint

@@ -8,7 +8,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..protocol.message import MessageRecord, decode_record
+from ..protocol import MessageRecord, decode_record
 from .commitlog import CommitLog
 from .consumequeue import UNIT, ConsumeQueue
 
