@@ -24,7 +24,6 @@ from ..protocol import (
     MessageRecord,
     Property,
     SysFlag,
-    decode_properties,
     encode_properties,
 )
 from ..store import StoreMessage
@@ -38,38 +37,30 @@ log = logging.getLogger("rocketq.broker")
 BATCH = 256
 
 
-def delay_level_of(properties: str) -> int:
-    """The DELAY property of an encoded property string (0 when absent or bad)."""
-    i = properties.find("DELAY\x01")
-    while i > 0 and properties[i - 1] != "\x02":
-        i = properties.find("DELAY\x01", i + 1)
-    if i < 0:
-        return 0
-    end = properties.find("\x02", i)
+def delay_level_of(properties: dict[str, str]) -> int:
+    """The DELAY property of parsed properties (0 when absent or bad)."""
     try:
-        return int(properties[i + 6:end if end >= 0 else None])
+        return int(properties.get(Property.DELAY) or 0)
     except ValueError:
         return 0
 
 
-def with_real_destination(topic: str, queue_id: int, properties: str,
-                          **extra: str) -> str:
-    """Properties that remember where a message really goes (REAL_TOPIC, REAL_QID) while it
-    waits in a system topic (delayed, timed or half messages)."""
-    props = decode_properties(properties)
-    props[Property.REAL_TOPIC] = topic
-    props[Property.REAL_QUEUE_ID] = str(queue_id)
-    props.update(extra)
-    return encode_properties(props)
+def with_real_destination(topic: str, queue_id: int, properties: dict[str, str],
+                          **extra: str) -> None:
+    """Make parsed properties remember where a message really goes (REAL_TOPIC, REAL_QID)
+    while it waits in a system topic (delayed, timed or half messages)."""
+    properties[Property.REAL_TOPIC] = topic
+    properties[Property.REAL_QUEUE_ID] = str(queue_id)
+    properties.update(extra)
 
 
-def to_schedule(topic: str, queue_id: int, properties: str, level: int, max_level: int
-                ) -> tuple[str, int, str]:
+def to_schedule(topic: str, queue_id: int, properties: dict[str, str], level: int,
+                max_level: int) -> tuple[str, int]:
     """Where a delayed message is stored until it is due: the schedule topic's queue of its
-    level, with the real destination kept in its properties."""
+    level; the real destination goes into its (parsed) properties."""
     level = min(level, max_level)
-    return SCHEDULE_TOPIC, level - 1, with_real_destination(
-        topic, queue_id, properties, **{Property.DELAY: str(level)})
+    with_real_destination(topic, queue_id, properties, **{Property.DELAY: str(level)})
+    return SCHEDULE_TOPIC, level - 1
 
 
 def is_delayable(sysflag: int) -> bool:

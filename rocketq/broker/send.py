@@ -22,6 +22,7 @@ from ..protocol import (
     RETRY_GROUP_TOPIC_PREFIX,
     IllegalTopicError,
     Perm,
+    Property,
     RemotingCommand,
     RequestCode,
     ResponseCode,
@@ -82,14 +83,6 @@ _LONG_KEYS = _HeaderKeys("topic", "defaultTopic", "defaultTopicQueueNums", "queu
                          "maxReconsumeTimes")
 
 
-def _without_delay(props: str) -> str:
-    if "DELAY\x01" not in props:
-        return props
-    parsed = decode_properties(props)
-    parsed.pop("DELAY", None)
-    return encode_properties(parsed)
-
-
 #: The integer fields of a send header: attribute of _HeaderKeys, Java type, bounds.
 _INT, _LONG = (JAVA_INT_MIN, JAVA_INT_MAX), (JAVA_LONG_MIN, JAVA_LONG_MAX)
 _INT_FIELDS = (("queue_id", "int", *_INT), ("sysflag", "int", *_INT),
@@ -113,6 +106,9 @@ def _bad_header(header: dict[str, str], names: _HeaderKeys) -> str:
                     f"{value[:40]}")
     return "bad send header"
 
+
+_TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
+                     Property.TIMER_DELAY_MS)
 
 #: A single send waiting to be appended with the others of its loop iteration.
 _Queued = tuple[Connection, RemotingCommand, StoreMessage, int]
@@ -218,34 +214,53 @@ class SendProcessor:
                                    born_timestamp=born, born_host=born_host,
                                    born_port=born_port, reconsume_times=reconsume)
         else:
+            reply_queue_id = queue_id
+            tran = sysflag & SysFlag.TRANSACTION_MASK
+            # The properties are parsed once, and only when a message needs transforming
+            # (dead letter, half, timer, delay); the transforms edit the parsed form.
+            parsed = None
+            changed = False
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 group = self.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
                 max_times = int_value(ext, names.max_reconsume,
-                                 16 if group is None else group.max_reconsume_times)
+                                      16 if group is None else group.max_reconsume_times)
                 if reconsume >= max_times:
                     # Retried too often: the message goes to the group's dead-letter queue.
                     topic = dead_letter_topic(self.topics, topic[len(RETRY_GROUP_TOPIC_PREFIX):],
                                               self.topics_changed)
-                    queue_id = 0
-                    props = _without_delay(props)
-            reply_queue_id = queue_id
-            tran = sysflag & SysFlag.TRANSACTION_MASK
+                    queue_id = reply_queue_id = 0
+                    if "DELAY\x01" in props:
+                        parsed = decode_properties(props)
+                        changed = parsed.pop(Property.DELAY, None) is not None
             if tran == SysFlag.TRANSACTION_PREPARED:
                 # A half message: stored out of consumers' sight until END_TRANSACTION.
-                topic, queue_id, props = to_half(topic, queue_id, props)
+                parsed = parsed if parsed is not None else decode_properties(props)
+                topic, queue_id = to_half(topic, queue_id, parsed)
                 sysflag &= ~SysFlag.TRANSACTION_MASK
-            if "TIMER_" in props and tran != SysFlag.TRANSACTION_PREPARED:
-                try:
-                    due = due_time(decode_properties(props), int(time.time() * 1000),
-                                   config.timerMaxDelaySec)
-                except TimerError as exc:
-                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
-                if due is not None and due > time.time() * 1000 + 50:
-                    topic, queue_id, props = to_timer(topic, queue_id, props, due)
-            level = delay_level_of(props) if "DELAY\x01" in props else 0
-            if level > 0 and is_delayable(sysflag) and tran != SysFlag.TRANSACTION_PREPARED:
-                topic, queue_id, props = to_schedule(
-                    topic, queue_id, props, level, len(self.store_config.delay_levels_ms))
+                changed = True
+            elif "TIMER_" in props or "DELAY\x01" in props:
+                parsed = parsed if parsed is not None else decode_properties(props)
+                level = delay_level_of(parsed)
+                if level > 0 and is_delayable(sysflag):
+                    # A delay level wins over timer properties, which go (as RocketMQ's
+                    # HookUtils.checkIfTimerMessage does): one waiting place per message.
+                    for name in _TIMER_PROPERTIES:
+                        parsed.pop(name, None)
+                    topic, queue_id = to_schedule(
+                        topic, queue_id, parsed, level, len(self.store_config.delay_levels_ms))
+                    changed = True
+                else:
+                    try:
+                        due = due_time(parsed, int(time.time() * 1000),
+                                       config.timerMaxDelaySec)
+                    except TimerError as exc:
+                        return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+                    if due is not None and due > time.time() * 1000 + 50:
+                        topic, queue_id = to_timer(topic, queue_id, parsed, due)
+                        changed = True
+            if changed:
+                assert parsed is not None
+                props = encode_properties(parsed)
             raw_props = join_properties(props.encode(), self.cluster_property)
             if len(raw_props) > MAX_PROPERTIES_SIZE:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
@@ -347,8 +362,8 @@ class SendProcessor:
                      message: StoreMessage) -> RemotingCommand:
         """SEND_REPLY_MESSAGE(_V2): store the reply and push it (PUSH_REPLY_MESSAGE_TO_CLIENT)
         to the requesting client, found by the REPLY_TO_CLIENT property."""
-        props = decode_properties(message.properties.decode())
-        client_id = props.get("REPLY_TO_CLIENT", "")
+        raw = property_value(message.properties, Property.REPLY_TO_CLIENT.encode())
+        client_id = raw.decode("utf-8", "replace") if raw else ""
         channel = self.clients.client_channel(client_id)
         try:
             results = await self.put([message])

@@ -115,9 +115,10 @@ class SendBack:
             encoded = encode_properties(props)
         else:
             level = delay_level if delay_level > 0 else 3 + times
-            topic, queue_id, encoded = to_schedule(
-                retry, random.randrange(max(1, retry_config.write_queue_nums)),
-                encode_properties(props), level, levels)
+            topic, queue_id = to_schedule(
+                retry, random.randrange(max(1, retry_config.write_queue_nums)), props, level,
+                levels)
+            encoded = encode_properties(props)
         message = StoreMessage.from_record(
             record, topic, queue_id, encoded.encode(),
             reconsume_times=times + 1)

@@ -55,10 +55,12 @@ def due_time(props: dict[str, str], now_ms: int, max_delay_s: int) -> int | None
     return due
 
 
-def to_timer(topic: str, queue_id: int, properties: str, due_ms: int) -> tuple[str, int, str]:
-    """Where a timed message waits: the timer topic, its due time in TIMER_OUT_MS."""
-    return TIMER_TOPIC, 0, with_real_destination(topic, queue_id, properties,
-                                                 **{Property.TIMER_OUT_MS: str(due_ms)})
+def to_timer(topic: str, queue_id: int, properties: dict[str, str], due_ms: int
+             ) -> tuple[str, int]:
+    """Where a timed message waits: the timer topic; its due time (TIMER_OUT_MS) and real
+    destination go into its (parsed) properties."""
+    with_real_destination(topic, queue_id, properties, **{Property.TIMER_OUT_MS: str(due_ms)})
+    return TIMER_TOPIC, 0
 
 
 class TimerWheel:

@@ -32,7 +32,6 @@ from ..protocol import (
     RequestCode,
     ResponseCode,
     SysFlag,
-    decode_properties,
     encode_properties,
 )
 from ..protocol.message import encode_record
@@ -56,11 +55,12 @@ UNKNOWN = 0
 OP_TAG = "d"
 
 
-def to_half(topic: str, queue_id: int, properties: str) -> tuple[str, int, str]:
-    """Where a prepared message waits: queue 0 of the half topic, destination in properties."""
-    uniq = decode_properties(properties).get(Property.UNIQ_KEY, "")
-    return TRANS_HALF_TOPIC, 0, with_real_destination(
-        topic, queue_id, properties, **{Property.TRANSACTION_ID: uniq})
+def to_half(topic: str, queue_id: int, properties: dict[str, str]) -> tuple[str, int]:
+    """Where a prepared message waits: queue 0 of the half topic; the destination goes into
+    its (parsed) properties."""
+    with_real_destination(topic, queue_id, properties,
+                          **{Property.TRANSACTION_ID: properties.get(Property.UNIQ_KEY, "")})
+    return TRANS_HALF_TOPIC, 0
 
 
 class Transactions:
