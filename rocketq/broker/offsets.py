@@ -1,4 +1,4 @@
-"""Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsets),
+"""Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsetManager),
 persisted as ``config/consumerOffset.json`` every few seconds and at shutdown."""
 
 from __future__ import annotations

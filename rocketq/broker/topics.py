@@ -1,4 +1,4 @@
-"""Topic configuration of a broker (RocketMQ's TopicTable), persisted as
+"""Topic configuration of a broker (RocketMQ's TopicConfigManager), persisted as
 ``config/topics.json`` with a DataVersion that changes whenever a topic does, so the
 NameServer knows when to re-read them."""
 
