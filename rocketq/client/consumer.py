@@ -22,6 +22,7 @@ from .errors import ClientError
 from .instance import ClientInstance
 from .message import MessageQueue, MessageSelector
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from .rebalance import apply_share
 
 log = logging.getLogger("rocketq.client")
 
@@ -221,41 +222,16 @@ class GroupConsumer:
             await self._update_queues_locked(topic, mine)
 
     async def _update_queues_locked(self, topic: str, mine: set[MessageQueue]) -> None:
-        for mq in [q for q in self.owned if q.topic == topic and q not in mine]:
-            state = self.owned[mq]
+        async def stop(mq: MessageQueue, _state: Any) -> None:
             self._queue_removed(mq)
-            await self._finish(mq, state)
-            await self.offset_store.persist([mq])
-            self.offset_store.remove(mq)
-            del self.owned[mq]
-            await self._released(mq)
-            log.info("group %s released %s", self.group, mq)
-        for mq in sorted(mine - set(self.owned)):
-            if not await self._may_take(mq):
-                continue
-            try:
-                offset = await self._start_offset(mq)
-            except (ClientError, RemotingError, OSError) as exc:
-                log.warning("cannot find where to consume %s from: %s", mq, exc)
-                continue
-            self.offset_store.update(mq, offset)
-            self.owned[mq] = self._queue_added(mq, offset)
-            log.info("group %s took %s from offset %d", self.group, mq, offset)
+
+        await apply_share(self.owned, topic, mine, self.offset_store, self.group, stop=stop,
+                          start_offset=self._start_offset, start=self._queue_added)
 
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """Consume the owned queues of ``topic`` in ``offsets`` from there
         (RESET_CONSUMER_CLIENT_OFFSET, after an admin reset the group's offsets)."""
         raise NotImplementedError
-
-    async def _may_take(self, mq: MessageQueue) -> bool:
-        """Whether this member may start on ``mq`` now (orderly consumers lock it first)."""
-        return True
-
-    async def _finish(self, mq: MessageQueue, state: Any) -> None:
-        """Wait for work in progress on a released queue before its offset is committed."""
-
-    async def _released(self, mq: MessageQueue) -> None:
-        """After a queue was given up (orderly consumers unlock it)."""
 
     def _queue_added(self, mq: MessageQueue, offset: int) -> Any:
         """Start consuming ``mq`` at ``offset``; return what ``owned`` keeps for it."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import orjson
 
@@ -81,6 +82,44 @@ class QueueLocker:
             log.info("unlocking %s failed: %s (the lock expires by itself)", mq, exc)
 
 
+async def apply_share(owned: dict[MessageQueue, Any], topic: str, mine: set[MessageQueue],
+                      offset_store: OffsetStore, group: str, *,
+                      stop: Callable[[MessageQueue, Any], Awaitable[None]],
+                      start_offset: Callable[[MessageQueue], Awaitable[int]],
+                      start: Callable[[MessageQueue, int], Any],
+                      may_take: Callable[[MessageQueue], Awaitable[bool]] | None = None,
+                      released: Callable[[MessageQueue], Awaitable[None]] | None = None,
+                      ) -> None:
+    """Own exactly ``mine`` of ``topic``'s queues (RocketMQ's
+    updateProcessQueueTableInRebalance), for every kind of consumer.
+
+    A queue lost is stopped (``stop`` waits for its work in flight), its offset committed and
+    forgotten, then ``released`` (orderly consumers unlock it). A queue gained is taken if
+    ``may_take`` allows (orderly consumers lock it first), from ``start_offset``; ``start``
+    returns what ``owned`` keeps for it. ``owned`` is changed in place; callers serialize.
+    """
+    lost, gained = diff_queues(owned, topic, mine)
+    for mq in lost:
+        await stop(mq, owned[mq])
+        await offset_store.persist([mq])
+        offset_store.remove(mq)
+        del owned[mq]
+        if released is not None:
+            await released(mq)
+        log.info("group %s released %s", group, mq)
+    for mq in gained:
+        if may_take is not None and not await may_take(mq):
+            continue
+        try:
+            offset = await start_offset(mq)
+        except (ClientError, RemotingError, OSError) as exc:
+            log.warning("cannot find where to consume %s from: %s", mq, exc)
+            continue
+        offset_store.update(mq, offset)
+        owned[mq] = start(mq, offset)
+        log.info("group %s took %s from offset %d", group, mq, offset)
+
+
 class PushRebalance:
     """Starts and stops the work on a push consumer's queues as its share changes.
 
@@ -113,28 +152,20 @@ class PushRebalance:
 
     async def update(self, topic: str, mine: set[MessageQueue]) -> None:
         """Own exactly ``mine`` of ``topic``'s queues."""
-        lost, gained = diff_queues(self.process_queues, topic, mine)
-        for mq in lost:
-            pq = self.process_queues[mq]
-            self._stop(pq)
-            await self.consume.wait_queue(pq)
-            await self.offset_store.persist([mq])
-            self.offset_store.remove(mq)
-            del self.process_queues[mq]
-            if self.locker is not None:
-                await self.locker.unlock(mq)
-            log.info("group %s released %s", self.group, mq)
-        for mq in gained:
-            if self.locker is not None and mq not in await self.locker.lock([mq]):
-                continue
-            try:
-                offset = await self.start_offset(mq)
-            except (ClientError, RemotingError, OSError) as exc:
-                log.warning("cannot find where to consume %s from: %s", mq, exc)
-                continue
-            self.offset_store.update(mq, offset)
-            self.process_queues[mq] = self._start(mq, offset)
-            log.info("group %s took %s from offset %d", self.group, mq, offset)
+        locker = self.locker
+        await apply_share(
+            self.process_queues, topic, mine, self.offset_store, self.group,
+            stop=self._stop_and_wait, start_offset=self.start_offset, start=self._start,
+            may_take=None if locker is None else self._lock_one,
+            released=None if locker is None else locker.unlock)
+
+    async def _stop_and_wait(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        self._stop(pq)
+        await self.consume.wait_queue(pq)
+
+    async def _lock_one(self, mq: MessageQueue) -> bool:
+        assert self.locker is not None
+        return mq in await self.locker.lock([mq])
 
     async def reset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """Consume the owned queues of ``topic`` in ``offsets`` from there, as RocketMQ's
