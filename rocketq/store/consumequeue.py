@@ -139,6 +139,9 @@ class ConsumeQueue:
             f.wrote_position = f.flushed_position = self.file_size
         first, last = files[0], files[-1]
         lead = _leading_zero_units(first.view)
+        if last is first and lead * UNIT_SIZE >= self.file_size:
+            # Only zeros (every unit was cut, or none reached the disk): an empty queue.
+            lead = 0
         self.min_logic_offset = (first.from_offset // UNIT_SIZE) + lead
         lo = lead if last is first else 0
         hi = self.file_size // UNIT_SIZE

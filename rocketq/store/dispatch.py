@@ -119,6 +119,7 @@ class Dispatcher:
             header = _HEADER
             queue_id_at, queue_offset_at, sysflag_at, store_ts_at = _NARROW_AT
         self.bad_record_at = None
+        error: ValueError | None = None
         topics = self._topics
         tag_codes = self._tag_codes
         runs: dict[tuple[str, int], list] = {}
@@ -204,10 +205,11 @@ class Dispatcher:
                 size, magic = (SIZE_AND_MAGIC.unpack_from(mm, nxt) if nxt + 8 <= file_size
                                else (0, 0))
                 if magic != BLANK_MAGIC or (validate and nxt + size != file_size):
-                    if not validate:
-                        raise ValueError(
-                            f"no record at CommitLog offset {base + nxt}: {exc}") from None
-                    self.bad_record_at = base + nxt
+                    # The records before it are dispatched all the same (below).
+                    if validate:
+                        self.bad_record_at = base + nxt
+                    else:
+                        error = ValueError(f"no record at CommitLog offset {base + nxt}: {exc}")
                     offset = base + nxt
                     break
                 nxt = file_size  # the filler that closes a file: go on in the next one
@@ -221,6 +223,8 @@ class Dispatcher:
         if index_keys:
             index.put_many(index_keys, index_offsets, index_times)
         self.reput_offset = offset
+        if error is not None:
+            raise error
         return count, grown
 
     def _write_run(self, key: tuple[str, int], run: list) -> bool:
