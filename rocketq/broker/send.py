@@ -10,6 +10,7 @@ import asyncio
 import logging
 import random
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -410,6 +411,11 @@ class SendProcessor:
         if isinstance(exc, StoreClosedError):
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 remark="the broker is shutting down")
+        if isinstance(exc, (struct.error, OverflowError, ValueError)):
+            # A value the record cannot hold that no check before caught: the sender's
+            # error, answered as such; the broker logs no traceback for it.
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                remark=f"the message cannot be stored: {exc}")
         raise exc
 
     def _response(self, cmd: RemotingCommand, message: StoreMessage | BatchMessage,

@@ -80,3 +80,23 @@ def test_out_of_range_header_integers(cluster, caplog):
         bodies = run_async(main())
     assert bodies == [b"g%d" % i for i in range(len(BAD) + 1)]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_value_the_record_cannot_hold_is_answered_not_raised():
+    import struct
+
+    from rocketq.broker.send import SendProcessor
+    from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
+
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "T"})
+    for exc in (struct.error("argument out of range"), OverflowError("too big"),
+                ValueError("bad")):
+        answer = SendProcessor._store_error(None, cmd, exc)  # type: ignore[arg-type]
+        assert answer.code == ResponseCode.MESSAGE_ILLEGAL
+        assert str(exc) in answer.remark
+    try:
+        SendProcessor._store_error(None, cmd, KeyError("a bug"))  # type: ignore[arg-type]
+    except KeyError:
+        pass  # a bug in the broker is still raised, to be logged with its traceback
+    else:
+        raise AssertionError("a KeyError was swallowed")
