@@ -386,24 +386,22 @@ def walk_records(view: bytes | bytearray | memoryview | Any, pos: int = 0,
     sysflag_at = header.index("sysflag")
     if check_crc and header is not RECORD_HEADER:
         raise ValueError("check_crc needs the full RECORD_HEADER")
+    # Constants as locals: this loop runs once per record on the broker's hot paths.
+    v1, v2, v6 = MAGIC_V1, MAGIC_V2, _V6_HOSTS
+    head, overhead = RECORD_HEADER_SIZE, RECORD_OVERHEAD
     while pos < end:
-        if end - pos < RECORD_HEADER_SIZE:
+        if end - pos < head:
             raise MessageFormatError(f"truncated record header at {pos}")
         fields = unpack(view, pos)
         total = fields[0]
         magic = fields[1]
         body_len = fields[-1]
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
-            raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
-        if fields[sysflag_at] & _V6_HOSTS:
-            raise MessageFormatError(f"IPv6 host records are not supported (at {pos})")
         record_end = pos + total
-        if total < RECORD_OVERHEAD or record_end > end:
-            raise MessageFormatError(f"bad total size {total} at {pos}")
-        if body_len < 0 or RECORD_OVERHEAD + body_len > total:
-            raise MessageFormatError(f"bad body length {body_len} at {pos}")
-        p = pos + RECORD_HEADER_SIZE + body_len
-        if magic == MAGIC_V1:
+        if ((magic != v1 and magic != v2) or fields[sysflag_at] & v6 or total < overhead
+                or record_end > end or body_len < 0 or overhead + body_len > total):
+            raise _bad_header(pos, fields, sysflag_at, end)
+        p = pos + head + body_len
+        if magic == v1:
             topic_len = view[p]
             topic_at = p + 1
         else:
@@ -413,11 +411,24 @@ def walk_records(view: bytes | bytearray | memoryview | Any, pos: int = 0,
         if p + 2 > record_end or p + 2 + ((view[p] << 8) | view[p + 1]) != record_end:
             raise MessageFormatError(f"record lengths do not add up at {pos}")
         if check_crc:
-            body_at = pos + RECORD_HEADER_SIZE
+            body_at = pos + head
             if _crc32(view[body_at:body_at + body_len]) & 0x7FFFFFFF != fields[2]:
                 raise MessageFormatError(f"body CRC mismatch at {pos}")
         yield pos, fields, topic_at, topic_len, p + 2
         pos = record_end
+
+
+def _bad_header(pos: int, fields: tuple[Any, ...], sysflag_at: int, end: int
+                ) -> MessageFormatError:
+    """Say what is wrong with a record's fixed part (the walker's slow path)."""
+    total, magic, body_len = fields[0], fields[1], fields[-1]
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        return MessageFormatError(f"bad magic code {magic:#x} at {pos}")
+    if fields[sysflag_at] & _V6_HOSTS:
+        return MessageFormatError(f"IPv6 host records are not supported (at {pos})")
+    if total < RECORD_OVERHEAD or pos + total > end:
+        return MessageFormatError(f"bad total size {total} at {pos}")
+    return MessageFormatError(f"bad body length {body_len} at {pos}")
 
 
 def record_layout(view: bytes | bytearray | memoryview | Any, pos: int = 0,

@@ -129,6 +129,11 @@ class Dispatcher:
         index_times: list[int] = []
         count = 0
         offset = self.reput_offset
+        # Module constants as locals: the loop below runs once per record.
+        tran_mask, hidden, plain, scheduled = SysFlag.TRANSACTION_MASK, _HIDDEN, _PLAIN, _SCHEDULED
+        has_tags, has_uniq, has_keys = _HAS_TAGS, _HAS_UNIQ, _HAS_KEYS
+        add_key, add_offset, add_time = (index_keys.append, index_offsets.append,
+                                         index_times.append)
         while offset < end and count < limit:
             f = commitlog.files.find(offset)
             if f is None:
@@ -152,16 +157,16 @@ class Dispatcher:
                         info = topics[raw_topic] = _topic_info(raw_topic)
                     topic, prefix, kind = info
                     phys = base + pos
-                    if sysflag & SysFlag.TRANSACTION_MASK not in _HIDDEN:
+                    if sysflag & tran_mask not in hidden:
                         code = 0
-                        if kind == _PLAIN:
-                            if _HAS_TAGS in props:
+                        if kind == plain:
+                            if has_tags in props:
                                 tags = property_value(props, _TAGS)
                                 if tags:
                                     code = tag_codes.get(tags)
                                     if code is None:
                                         code = self._tag_code(tags)
-                        elif kind == _SCHEDULED:
+                        elif kind == scheduled:
                             # Delayed messages: the unit carries the delivery time, not a tag.
                             code = self._deliver_at(props, store_ts)
                         else:
@@ -179,7 +184,7 @@ class Dispatcher:
                             runs[key] = [queue_offset, queue_offset + 1, [phys, size, code]]
                     if index is not None and props and phys > index_from:
                         # UNIQ_KEY is on nearly every record: found inline, not by a call.
-                        i = props.find(_HAS_UNIQ)
+                        i = props.find(has_uniq)
                         if i > 0 and props[i - 1] != 2:  # inside another value: parse properly
                             uniq = property_value(props, _UNIQ)
                         elif i >= 0:
@@ -188,16 +193,17 @@ class Dispatcher:
                         else:
                             uniq = None
                         if uniq:
-                            index_keys.append(prefix + uniq)
-                            index_offsets.append(phys)
-                            index_times.append(store_ts)
-                        keys = property_value(props, _KEYS) if _HAS_KEYS in props else None
-                        if keys:
-                            for k in keys.split(b" "):
-                                if k:
-                                    index_keys.append(prefix + k)
-                                    index_offsets.append(phys)
-                                    index_times.append(store_ts)
+                            add_key(prefix + uniq)
+                            add_offset(phys)
+                            add_time(store_ts)
+                        if has_keys in props:
+                            keys = property_value(props, _KEYS)
+                            if keys:
+                                for k in keys.split(b" "):
+                                    if k:
+                                        add_key(prefix + k)
+                                        add_offset(phys)
+                                        add_time(store_ts)
                     count += 1
                     if count >= limit:
                         break
