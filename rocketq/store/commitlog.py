@@ -42,6 +42,8 @@ from .mapped_file import MappedFile, MappedFileQueue
 #: A file's tail needs room for at least the blank filler's size and magic.
 END_FILE_MIN_BLANK_LENGTH = 8
 _BLANK = SIZE_AND_MAGIC
+#: Half and rollback records get no queue offset.
+_UNCOUNTED = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
 
 
 def _check_topic(topic: str) -> bytes:
@@ -233,25 +235,31 @@ class CommitLog:
         Raises MessageIllegalError subclasses before writing anything if any message is bad,
         and DiskFullError if a new file cannot be created (what was appended before stays).
         """
-        max_body = self._max_body
+        max_body, max_record = self._max_body, self._max_record
         topic_parts = self._topic_parts
+        #: Per message its topic field and record size, found once here.
+        sized: list[tuple[StoreMessage, bytes, int]] = []
         for m in messages:
-            if len(m.body) > max_body:
+            body_len = len(m.body)
+            props_len = len(m.properties)
+            if body_len > max_body:
                 raise MessageTooLargeError(
-                    f"message body is {len(m.body)} bytes; maxMessageSize is {max_body}")
-            if len(m.properties) > MAX_PROPERTIES_SIZE:
+                    f"message body is {body_len} bytes; maxMessageSize is {max_body}")
+            if props_len > MAX_PROPERTIES_SIZE:
                 raise PropertiesTooLargeError(
-                    f"message properties are {len(m.properties)} bytes; the limit is "
+                    f"message properties are {props_len} bytes; the limit is "
                     f"{MAX_PROPERTIES_SIZE}")
             if m.queue_id < 0:
                 raise MessageIllegalError(f"queue id {m.queue_id} is negative")
             part = topic_parts.get(m.topic)
             if part is None:
                 part = self._topic_part(m.topic)
-            if RECORD_FIXED_SIZE + len(m.body) + len(part) + len(m.properties) > self._max_record:
+            size = RECORD_FIXED_SIZE + body_len + len(part) + props_len
+            if size > max_record:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
+            sized.append((m, part, size))
         with self.lock:
-            return self._append_locked(messages)
+            return self._append_locked(sized)
 
     def _topic_part(self, topic: str) -> bytes:
         part = topic_field(_check_topic(topic))
@@ -259,10 +267,10 @@ class CommitLog:
             self._topic_parts[topic] = part
         return part
 
-    def _append_locked(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+    def _append_locked(self, sized: list[tuple[StoreMessage, bytes, int]]) -> list[PutResult]:
         results: list[PutResult] = []
+        add_result = results.append
         queue_offsets = self.queue_offsets
-        topic_parts = self._topic_parts
         store_host, store_port = self.store_host, self.store_port
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
@@ -270,25 +278,23 @@ class CommitLog:
         f, base, free = self._tail()
         parts: list[bytes | memoryview] = []
         extend = parts.extend
-        for m in messages:
-            body = m.body
-            props = m.properties
-            topic_part = topic_parts.get(m.topic) or self._topic_part(m.topic)
-            size = RECORD_FIXED_SIZE + len(body) + len(topic_part) + len(props)
-            if size + END_FILE_MIN_BLANK_LENGTH > free:
+        encode = record_parts
+        tran_mask, uncounted = SysFlag.TRANSACTION_MASK, _UNCOUNTED
+        blank_room = END_FILE_MIN_BLANK_LENGTH
+        for m, topic_part, size in sized:
+            if size + blank_room > free:
                 f, base, free = self._seal(f, free, parts)
-            tran = m.sysflag & SysFlag.TRANSACTION_MASK
-            if tran == SysFlag.TRANSACTION_PREPARED or tran == SysFlag.TRANSACTION_ROLLBACK:
+            if m.sysflag & tran_mask in uncounted:
                 queue_offset = 0  # half and rollback records get no ConsumeQueue unit
             else:
                 key = (m.topic, m.queue_id)
                 queue_offset = queue_offsets.get(key, 0)
                 queue_offsets[key] = queue_offset + 1
-            extend(record_parts(size, m.queue_id, m.flag, queue_offset, base, m.sysflag,
-                                m.born_timestamp, m.born_host, m.born_port, now, store_host,
-                                store_port, m.reconsume_times, m.prepared_transaction_offset,
-                                body, topic_part, props))
-            results.append(PutResult(ok, base, size, queue_offset, now, prefix))
+            extend(encode(size, m.queue_id, m.flag, queue_offset, base, m.sysflag,
+                          m.born_timestamp, m.born_host, m.born_port, now, store_host,
+                          store_port, m.reconsume_times, m.prepared_transaction_offset,
+                          m.body, topic_part, m.properties))
+            add_result(PutResult(ok, base, size, queue_offset, now, prefix))
             base += size
             free -= size
         if parts:

@@ -9,6 +9,7 @@ bound for the same queue are written as one contiguous run, and index keys are h
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable
@@ -35,11 +36,9 @@ from .index import Index
 
 #: The fixed fields dispatch reads (the walker's own four come with them).
 _HEADER = record_struct("queue_id", "queue_offset", "store_timestamp")
-_NARROW_AT = tuple(
-    _HEADER.index(name) for name in ("queue_id", "queue_offset", "sysflag", "store_timestamp"))
-_FULL_AT = tuple(
-    RECORD_HEADER.index(name)
-    for name in ("queue_id", "queue_offset", "sysflag", "store_timestamp"))
+assert _HEADER.names == ("total_size", "magic", "queue_id", "queue_offset", "sysflag",
+                         "store_timestamp", "body_length")
+_PICK_FROM_FULL = operator.itemgetter(*(RECORD_HEADER.index(name) for name in _HEADER.names))
 log = logging.getLogger("rocketq.store")
 
 _TAGS = b"TAGS"
@@ -112,12 +111,9 @@ class Dispatcher:
         commitlog = self.commitlog
         file_size = commitlog.config.mappedFileSizeCommitLog
         walk = walk_records
-        if validate:
-            header = RECORD_HEADER
-            queue_id_at, queue_offset_at, sysflag_at, store_ts_at = _FULL_AT
-        else:
-            header = _HEADER
-            queue_id_at, queue_offset_at, sysflag_at, store_ts_at = _NARROW_AT
+        # The fields dispatch reads, in _HEADER's order; a validating run reads them all
+        # (the CRC check needs the full header) and picks these out.
+        header, pick = (RECORD_HEADER, _PICK_FROM_FULL) if validate else (_HEADER, None)
         self.bad_record_at = None
         error: ValueError | None = None
         topics = self._topics
@@ -145,13 +141,11 @@ class Dispatcher:
             try:
                 for pos, fields, topic_at, topic_len, props_at in walk(
                         mm, nxt, stop, header=header, check_crc=validate):
-                    size = fields[0]
+                    size, _magic, queue_id, queue_offset, sysflag, store_ts, _body_len = (
+                        fields if pick is None else pick(fields))
                     nxt = pos + size
                     raw_topic = mm[topic_at:topic_at + topic_len]
                     props = mm[props_at:nxt]
-                    queue_id, queue_offset, sysflag, store_ts = (
-                        fields[queue_id_at], fields[queue_offset_at], fields[sysflag_at],
-                        fields[store_ts_at])
                     info = topics.get(raw_topic)
                     if info is None:
                         info = topics[raw_topic] = _topic_info(raw_topic)
