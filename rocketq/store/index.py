@@ -58,7 +58,8 @@ def index_key_hashes(keys: list[bytes] | list[str]) -> np.ndarray:
     per key (``np.add.reduceat``), modulo 2**32, all keys in one pass. Keys with other
     characters (hashed over UTF-16 units) and empty keys go one by one.
     """
-    encoded = [k if type(k) is bytes else k.encode() for k in keys]
+    # The dispatcher's keys are bytes already (a list is all bytes or all str).
+    encoded = keys if not keys or type(keys[0]) is bytes else [k.encode() for k in keys]
     n = len(encoded)
     out = np.zeros(n, dtype=np.int64)
     if not n:
@@ -66,13 +67,20 @@ def index_key_hashes(keys: list[bytes] | list[str]) -> np.ndarray:
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
     joined = b"".join(encoded)
     if joined:
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
-        chars = np.frombuffer(joined, dtype=np.uint8).astype(np.uint64)
-        exponents = np.repeat(ends - 1, lengths) - np.arange(len(joined))
-        weighted = chars * _powers_of_31(int(lengths.max()))[exponents]
+        width = int(lengths.max())
         nonempty = lengths > 0
-        sums = np.add.reduceat(weighted, starts[nonempty]) & 0xFFFFFFFF
+        if int(lengths.min()) == width:
+            # Keys of one length (a topic's UNIQ_KEYs): one row each, one product with the
+            # powers; uint64 products wrap modulo 2**64, which keeps them right modulo 2**32.
+            rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width).astype(np.uint64)
+            sums = (rows @ _powers_of_31(width)[width - 1::-1]) & 0xFFFFFFFF
+        else:
+            ends = np.cumsum(lengths)
+            starts = ends - lengths
+            chars = np.frombuffer(joined, dtype=np.uint8).astype(np.uint64)
+            exponents = np.repeat(ends - 1, lengths) - np.arange(len(joined))
+            weighted = chars * _powers_of_31(width)[exponents]
+            sums = np.add.reduceat(weighted, starts[nonempty]) & 0xFFFFFFFF
         signed = sums.astype(np.int64)
         signed[signed >= 1 << 31] -= 1 << 32
         signed = np.abs(signed)

@@ -124,3 +124,12 @@ def test_index_service_bulk_and_small_batches_agree(tmp_path):
     found = service.query("T", "k1", 100, 0, 2_000_000_000_000)
     assert found == [201, 121, 81, 41, 1]
     service.close()
+
+
+def test_keys_of_one_length_hash_as_one_at_a_time():
+    from rocketq.store.index import index_key_hashes
+
+    keys = [f"Orders#{i:032X}".encode() for i in range(500)] + [b"Orders#" + b"\xff" * 32]
+    keys[7] = "Orders#ключ".encode().ljust(len(keys[0]), b"x")  # not ASCII: hashed alone
+    assert [int(h) for h in index_key_hashes(keys)] == [
+        index_key_hash(k.decode("utf-8", "replace")) for k in keys]
