@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..ha import HAClient, HAServer
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
@@ -86,6 +87,9 @@ class Broker:
         self.namesrv_client = RemotingClient()
         self.store: MessageStore | None = None  # type: ignore[assignment]
         self._writer: StoreWriter | None = None
+        #: Replication: the master's HA port, or the slave's link to its master.
+        self.ha_server: HAServer | None = None
+        self.ha_client: HAClient | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -167,15 +171,26 @@ class Broker:
         self.store.dispatch_via(self.loop.call_soon)
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
+        slave = self.store_config.is_slave
+        if slave:
+            self.ha_client = HAClient(self.store, lambda: self.store_config.haMasterAddress,
+                                      min(5.0, self.store_config.haSendHeartbeatInterval / 1000))
+            self.ha_client.start()
+        else:
+            self.ha_server = HAServer(self.store, self.config.brokerIP1,
+                                      self.store_config.haListenPort)
+            await self.ha_server.start()
+            self.store_config.haListenPort = self.ha_server.port
         await self.server.start()
         self.registration.start()
         await self.registration.register_all()  # routes exist by the time start() returns
         self._tasks = [self.loop.create_task(self.registration.run()),
                        self.loop.create_task(self._housekeeping()),
-                       self.loop.create_task(self.schedule.run()),
-                       self.loop.create_task(self.transactions.run()),
-                       self.loop.create_task(self.timer.run()),
                        self.loop.create_task(self.stats.run())]
+        if not slave:  # a slave's delay, timer and transaction state comes from its master
+            self._tasks += [self.loop.create_task(self.schedule.run()),
+                            self.loop.create_task(self.transactions.run()),
+                            self.loop.create_task(self.timer.run())]
         log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
                  self.config.brokerName, self.config.brokerClusterName, self.address,
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
@@ -187,6 +202,10 @@ class Broker:
         await self.registration.unregister_all()
         await self.namesrv_client.close()
         self.pull.stop()
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.ha_server is not None:
+            await self.ha_server.stop()
         await self.server.stop()
         self.offsets.persist(force=True)
         self.schedule.persist()

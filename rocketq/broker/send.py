@@ -43,7 +43,7 @@ from ..store import (
     PutStatus,
     StoreMessage,
 )
-from ..store.errors import StoreClosedError
+from ..store.errors import SlaveNotWritableError, StoreClosedError
 from .clients import ClientTable
 from .config import BrokerConfig
 from .delay import delay_level_of, is_delayable, to_schedule
@@ -405,6 +405,10 @@ class SendProcessor:
     def _store_error(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, MessageIllegalError):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+        if isinstance(exc, SlaveNotWritableError):
+            # RocketMQ answers a send to a slave the same way (PutMessageStatus
+            # SERVICE_NOT_AVAILABLE: "message store is slave mode").
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
         if isinstance(exc, DiskFullError):
             log.error("send refused: %s", exc)
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))

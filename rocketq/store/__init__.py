@@ -10,6 +10,7 @@ from .errors import (
     MessageIllegalError,
     MessageTooLargeError,
     PropertiesTooLargeError,
+    SlaveNotWritableError,
     StoreClosedError,
     StoreCorruptError,
     StoreError,
@@ -19,6 +20,7 @@ from .message_store import GetResult, GetStatus, MessageStore
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "BatchMessage", "DiskFullError", "GetResult", "GetStatus",
     "MessageIllegalError", "MessageStore", "MessageStoreConfig", "MessageTooLargeError",
-    "PropertiesTooLargeError", "PutResult", "PutStatus", "StoreClosedError",
+    "PropertiesTooLargeError", "PutResult", "PutStatus", "SlaveNotWritableError",
+    "StoreClosedError",
     "StoreCorruptError", "StoreError", "StoreMessage",
 ]

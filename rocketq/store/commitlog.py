@@ -228,7 +228,40 @@ class CommitLog:
         size = self.record_size_at(offset)
         return self.view(offset, size) if size else None
 
+    def read_chunk(self, offset: int, max_size: int) -> memoryview | None:
+        """Up to ``max_size`` bytes of the log from ``offset``, within the one file holding it
+        (what the HA stream sends at a time); None when nothing is written there yet."""
+        f = self.files.find(offset)
+        if f is None:
+            return None
+        pos = offset - f.from_offset
+        n = min(max_size, f.wrote_position - pos)
+        return f.view[pos:pos + n] if n > 0 else None
+
     # ------------------------------------------------------------------ writing
+    def append_replica(self, offset: int, data: bytes | memoryview) -> int:
+        """Write bytes of a master's log (the HA stream) at ``offset``: where this log ends,
+        or the start of a file when it is empty. Returns the new end. The bytes are copied as
+        they are, so the two logs stay identical; ValueError if they cannot go there."""
+        size = self.config.mappedFileSizeCommitLog
+        with self.lock:
+            if self.files.last is None:
+                if offset % size:
+                    raise ValueError(f"an empty CommitLog starts at a file start, not {offset}")
+                f = self.files.last_for_write(offset)
+            else:
+                end = self.files.max_offset
+                if offset != end:
+                    raise ValueError(f"replica bytes for offset {offset}; the log ends at {end}")
+                f = self.files.last_for_write()
+            if f.wrote_position + len(data) > f.file_size:
+                raise ValueError(f"replica bytes at {offset} run past the end of a file")
+            f.append(data)
+            end = f.from_offset + f.wrote_position
+        for cb in self.on_append:
+            cb(end)
+        return end
+
     def append(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Append records for ``messages`` in order and return where each landed.
 

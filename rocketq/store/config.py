@@ -14,6 +14,9 @@ from typing import Any
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
+ASYNC_MASTER = "ASYNC_MASTER"
+SYNC_MASTER = "SYNC_MASTER"
+SLAVE = "SLAVE"
 
 
 @dataclass
@@ -50,6 +53,16 @@ class MessageStoreConfig:
     #: Host and port written into STOREHOST of each record (the broker's address).
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
+    #: Replication (RocketMQ's HAService): ASYNC_MASTER, SYNC_MASTER or SLAVE.
+    brokerRole: str = ASYNC_MASTER
+    #: Where a master listens for slaves; 0 means ``listenPort + 1``.
+    haListenPort: int = 0
+    #: A slave's master (``host:port`` of its HA port); empty: the one the NameServer names.
+    haMasterAddress: str = ""
+    haTransferBatchSize: int = 32 * 1024
+    haSlaveFallbehindMax: int = 256 * 1024 * 1024
+    haSendHeartbeatInterval: int = 5000  # ms
+    haHousekeepingInterval: int = 20_000  # ms of silence before an HA link is closed
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -63,10 +76,19 @@ class MessageStoreConfig:
             self.mappedFileSizeConsumeQueue -= self.mappedFileSizeConsumeQueue % 20
         if not self.delay_levels_ms:
             raise ValueError("messageDelayLevel is empty")
+        if self.brokerRole not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
+            raise ValueError(f"brokerRole must be {ASYNC_MASTER}, {SYNC_MASTER} or {SLAVE}, "
+                             f"not {self.brokerRole!r}")
+        if self.haListenPort == 0 and self.listenPort:
+            self.haListenPort = self.listenPort + 1
         for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
                      "maxHashSlotNum", "maxIndexNum"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+
+    @property
+    def is_slave(self) -> bool:
+        return self.brokerRole == SLAVE
 
     @property
     def delay_levels_ms(self) -> list[int]:

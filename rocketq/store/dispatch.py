@@ -24,7 +24,10 @@ from ..protocol import (
 )
 from ..protocol.message import (
     BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
     RECORD_HEADER,
+    RECORD_OVERHEAD,
     SIZE_AND_MAGIC,
     java_hash,
     property_value,
@@ -41,6 +44,7 @@ assert _HEADER.names == ("total_size", "magic", "queue_id", "queue_offset", "sys
 _PICK_FROM_FULL = operator.itemgetter(*(RECORD_HEADER.index(name) for name in _HEADER.names))
 log = logging.getLogger("rocketq.store")
 
+_MAGICS = (MAGIC_V1, MAGIC_V2)
 _TAGS = b"TAGS"
 _HAS_TAGS = b"TAGS\x01"
 _DELAY = b"DELAY"
@@ -204,6 +208,13 @@ class Dispatcher:
             except MessageFormatError as exc:
                 size, magic = (SIZE_AND_MAGIC.unpack_from(mm, nxt) if nxt + 8 <= file_size
                                else (0, 0))
+                if not validate and (nxt + 8 > stop or (
+                        magic in _MAGICS and RECORD_OVERHEAD <= size <= file_size - nxt
+                        and nxt + size > stop)):
+                    # A record not whole yet: a slave receives the log in chunks that do not
+                    # follow records. The rest comes with the next chunk.
+                    offset = base + nxt
+                    break
                 if magic != BLANK_MAGIC or (validate and nxt + size != file_size):
                     # The records before it are dispatched all the same (below).
                     if validate:

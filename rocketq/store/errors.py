@@ -27,5 +27,9 @@ class StoreCorruptError(StoreError):
     """Files on disk that the store cannot make sense of (wrong sizes, gaps between files)."""
 
 
+class SlaveNotWritableError(StoreError):
+    """A slave's store takes messages only from its master's HA stream."""
+
+
 class StoreClosedError(StoreError):
     """The store was shut down."""

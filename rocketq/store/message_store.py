@@ -37,7 +37,7 @@ from .commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessa
 from .config import MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
-from .errors import StoreClosedError
+from .errors import SlaveNotWritableError, StoreClosedError
 from .flush import CommitLogFlusher, GroupCommit, flush_logics
 from .index import Index
 from .reads import GetResult, GetStatus, get_messages
@@ -179,6 +179,9 @@ class MessageStore:
         writers that wait their own way, such as an event loop."""
         if not self.running:
             raise StoreClosedError("the message store is closed")
+        if self.config.is_slave:
+            raise SlaveNotWritableError(
+                "this broker is a slave: it takes messages only from its master")
         if isinstance(messages, BatchMessage):
             appended = self.commitlog.append_batch(messages)
             waits = self.group_commit is not None and _wants_wait(messages)
@@ -189,6 +192,13 @@ class MessageStore:
             return appended, 0
         last = appended[-1]
         return appended, last.commitlog_offset + last.size
+
+    def append_replica(self, offset: int, data: bytes | memoryview) -> int:
+        """Write bytes of the master's CommitLog (a slave's HA stream) at ``offset``; returns
+        the new end. They are dispatched like appends."""
+        if not self.running:
+            raise StoreClosedError("the message store is closed")
+        return self.commitlog.append_replica(offset, data)
 
     # ================================================================== dispatch
     def dispatch_via(self, schedule: Schedule | None) -> None:

@@ -1,0 +1,86 @@
+"""RocketMQ's HA stream, byte for byte (``HAService``, ``HAConnection``): sans-IO.
+
+Raw TCP, big-endian, no frames of the remoting protocol:
+
+- slave → master: an int64, the slave's max CommitLog offset. The first says where to start
+  (0: at the master's last CommitLog file); each later one acknowledges what arrived. The
+  master uses the last whole 8 bytes it has read.
+- master → slave: ``[phyOffset i64][size i32]`` then ``size`` bytes of the master's CommitLog
+  from ``phyOffset``: not aligned to records, never across two files. ``size`` 0 is a
+  heartbeat.
+
+So a slave's CommitLog is the master's, byte for byte, and a RocketMQ 4.x slave can follow
+a rocketq master (and the other way round).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+REPORT = struct.Struct(">q")
+TRANSFER_HEADER = struct.Struct(">qi")
+TRANSFER_HEADER_SIZE = TRANSFER_HEADER.size  # 12
+
+
+class HAProtocolError(ValueError):
+    """Bytes on the HA port that are not RocketMQ's HA stream."""
+
+
+def encode_report(offset: int) -> bytes:
+    """A slave's report: its max CommitLog offset."""
+    return REPORT.pack(offset)
+
+
+def encode_transfer_header(offset: int, size: int) -> bytes:
+    """The header of ``size`` CommitLog bytes from ``offset`` (0 bytes: a heartbeat)."""
+    return TRANSFER_HEADER.pack(offset, size)
+
+
+class ReportReader:
+    """The master's side: slave reports out of whatever the socket delivers."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> int | None:
+        """Take bytes; return the newest whole report in them, or None if none completed.
+        A negative offset raises HAProtocolError."""
+        buf = self._pending + data
+        whole = len(buf) - len(buf) % 8
+        self._pending = buf[whole:]
+        if not whole:
+            return None
+        offset = REPORT.unpack_from(buf, whole - 8)[0]
+        if offset < 0:
+            raise HAProtocolError(f"a slave reported a negative offset {offset}")
+        return offset
+
+
+class TransferReader:
+    """The slave's side: ``(offset, data)`` chunks out of whatever the socket delivers."""
+
+    def __init__(self, max_size: int) -> None:
+        #: The largest chunk accepted (a guard against garbage, not RocketMQ's batch size).
+        self.max_size = max_size
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+        """Take bytes; yield each whole chunk (heartbeats as empty data). Garbage raises
+        HAProtocolError."""
+        buf = self._buf
+        buf += data
+        pos = 0
+        try:
+            while len(buf) - pos >= TRANSFER_HEADER_SIZE:
+                offset, size = TRANSFER_HEADER.unpack_from(buf, pos)
+                if offset < 0 or size < 0 or size > self.max_size:
+                    raise HAProtocolError(
+                        f"not an HA transfer header: offset {offset}, size {size}")
+                end = pos + TRANSFER_HEADER_SIZE + size
+                if len(buf) < end:
+                    break
+                yield offset, bytes(buf[pos + TRANSFER_HEADER_SIZE:end])
+                pos = end
+        finally:
+            del buf[:pos]

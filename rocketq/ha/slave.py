@@ -1,0 +1,98 @@
+"""The slave's side of replication (RocketMQ's HAService.HAClient).
+
+The slave connects to its master's HA port, reports its max CommitLog offset, writes every
+chunk the master sends at exactly that offset (its log stays the master's byte for byte) and
+reports again after each; the store dispatches the bytes into ConsumeQueues and the index as
+it does its own appends. A chunk for any other offset means the two logs have parted: the
+link is dropped and made again, as RocketMQ does. Reconnects every few seconds while the
+master is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from ..store import MessageStore
+from .protocol import HAProtocolError, TransferReader, encode_report
+
+log = logging.getLogger("rocketq.ha")
+
+#: A chunk larger than this is garbage, whatever the master's batch size.
+_MAX_CHUNK = 64 << 20
+
+
+class HAClient:
+    """Follows one master; ``master_address`` says where its HA port is (it may change, as
+    the NameServer tells a registering slave)."""
+
+    def __init__(self, store: MessageStore, master_address: Callable[[], str],
+                 reconnect_interval: float = 5.0) -> None:
+        self.store = store
+        self.master_address = master_address
+        self.reconnect_interval = reconnect_interval
+        #: The master this slave follows now, if connected.
+        self.connected_to: str | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            address = self.master_address()
+            if address:
+                try:
+                    await self._follow(address)
+                except (OSError, HAProtocolError, ValueError) as exc:
+                    log.warning("HA link to master %s lost: %s", address, exc)
+                finally:
+                    self.connected_to = None
+            await asyncio.sleep(self.reconnect_interval)
+
+    async def _follow(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        store = self.store
+        config = store.config
+        heartbeat = config.haSendHeartbeatInterval / 1000
+        silence = config.haHousekeepingInterval / 1000
+        chunks = TransferReader(_MAX_CHUNK)
+        try:
+            self.connected_to = address
+            writer.write(encode_report(store.commitlog.max_offset))
+            log.info("following master %s from offset %d", address,
+                     store.commitlog.max_offset)
+            while True:
+                try:
+                    data = await asyncio.wait_for(reader.read(1 << 16), min(heartbeat, silence))
+                except TimeoutError:
+                    writer.write(encode_report(store.commitlog.max_offset))
+                    continue
+                if not data:
+                    raise OSError("the master closed the link")
+                wrote = False
+                for offset, body in chunks.feed(data):
+                    mine = store.commitlog.max_offset
+                    if mine != 0 and offset != mine:
+                        raise HAProtocolError(
+                            f"the master sent offset {offset}; this slave holds {mine}")
+                    if body:
+                        store.append_replica(offset, body)
+                        wrote = True
+                if wrote:
+                    writer.write(encode_report(store.commitlog.max_offset))
+                await writer.drain()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

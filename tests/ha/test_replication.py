@@ -1,0 +1,132 @@
+"""Master/slave replication on RocketMQ's HA stream: a slave's CommitLog is its master's,
+byte for byte, and the slave serves what it received."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketq import LocalTransactionState, Message, Producer, TransactionProducer
+from rocketq.ha.protocol import (
+    HAProtocolError,
+    ReportReader,
+    TransferReader,
+    encode_report,
+    encode_transfer_header,
+)
+from rocketq.protocol import ResponseCode
+from rocketq.store import SlaveNotWritableError, StoreMessage
+
+from ..conftest import wait_for
+from ..servers import ServerThread
+
+
+def test_reports_and_chunks_split_anywhere():
+    reports = ReportReader()
+    raw = encode_report(5) + encode_report(1 << 40)
+    assert reports.feed(raw[:3]) is None
+    assert reports.feed(raw[3:12]) == 5
+    assert reports.feed(raw[12:]) == 1 << 40  # the last whole report wins
+    with pytest.raises(HAProtocolError):
+        ReportReader().feed(encode_report(-1))
+    stream = (encode_transfer_header(100, 3) + b"abc" + encode_transfer_header(103, 0)
+              + encode_transfer_header(103, 2) + b"de")
+    chunks = TransferReader(1 << 20)
+    got = []
+    for i in range(0, len(stream), 5):
+        got.extend(chunks.feed(stream[i:i + 5]))
+    assert got == [(100, b"abc"), (103, b""), (103, b"de")]
+    with pytest.raises(HAProtocolError):
+        list(TransferReader(10).feed(encode_transfer_header(0, 11)))
+
+
+class Commit:
+    def execute_local_transaction(self, message, arg):
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, message):
+        return LocalTransactionState.COMMIT
+
+
+def commitlog_bytes(broker) -> bytes:
+    cl = broker.store.commitlog
+    return b"".join(f.view[:f.wrote_position].tobytes() for f in cl.files.files)
+
+
+@pytest.mark.slow
+def test_slave_log_is_the_masters_byte_for_byte_and_serves_reads(tmp_path):
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", mappedFileSizeCommitLog=64 << 10,
+                                 haSendHeartbeatInterval=200)
+        st.create_topic("Replicated", 2)
+        slave = st.start_broker("broker-a-slave", brokerName="broker-a", brokerId=1,
+                                brokerRole="SLAVE", mappedFileSizeCommitLog=64 << 10,
+                                haMasterAddress=master.ha_server.address,
+                                haSendHeartbeatInterval=200)
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            for i in range(300):  # several 64 KiB files: fillers and file starts replicate too
+                producer.send(Message("Replicated", b"m%d-" % i + b"x" * 200, tags="t"))
+            producer.send_batch([Message("Replicated", b"b%d" % i) for i in range(10)])
+            producer.send(Message("Replicated", b"later", delay_level=1))
+        with TransactionProducer("tpg", Commit(), namesrv=st.namesrv) as tp:
+            tp.send_message_in_transaction(Message("Replicated", b"half"))
+        assert wait_for(lambda: any(  # the half, its op record and the committed copy
+            m.body == b"half" for m in master.store.get_messages(
+                "Replicated", 0, 0, 1000).decode() + master.store.get_messages(
+                "Replicated", 1, 0, 1000).decode()), 10)
+        end = master.store.commitlog.max_offset
+        assert wait_for(lambda: slave.store.commitlog.max_offset == end, 10)
+        assert len(master.store.commitlog.files.files) > 1
+        assert commitlog_bytes(slave) == commitlog_bytes(master)
+        # The slave dispatched what it received: its queues serve the same messages.
+        assert slave.store.wait_dispatched(timeout=5)
+        for queue_id in (0, 1):
+            mine = master.store.get_messages("Replicated", queue_id, 0, 1000).decode()
+            theirs = slave.store.get_messages("Replicated", queue_id, 0, 1000).decode()
+            assert [m.body for m in theirs] == [m.body for m in mine] and mine
+        # A slave takes no writes of its own.
+        with pytest.raises(SlaveNotWritableError):
+            slave.store.put_message(StoreMessage.create("Replicated", b"no", 0))
+    finally:
+        st.stop()
+
+
+@pytest.mark.slow
+def test_a_slave_that_was_away_catches_up(tmp_path):
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        st.create_topic("Later", 1)
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            for i in range(50):
+                producer.send(Message("Later", b"before-%d" % i))
+        slave_conf = dict(brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                          haMasterAddress=master.ha_server.address,
+                          haSendHeartbeatInterval=200)
+        slave = st.start_broker("slave", **slave_conf)
+        assert wait_for(lambda: slave.store.commitlog.max_offset
+                        == master.store.commitlog.max_offset, 10)
+        st.stop_broker(slave)
+        with Producer("pg2", namesrv=st.namesrv) as producer:
+            for i in range(50):
+                producer.send(Message("Later", b"while-away-%d" % i))
+        slave = st.start_broker("slave", **slave_conf)
+        end = master.store.commitlog.max_offset
+        assert wait_for(lambda: slave.store.commitlog.max_offset == end, 10)
+        assert commitlog_bytes(slave) == commitlog_bytes(master)
+        assert slave.store.wait_dispatched(timeout=5)
+        bodies = [m.body for m in slave.store.get_messages("Later", 0, 0, 1000).decode()]
+        assert len(bodies) == 100 and bodies[-1] == b"while-away-49"
+    finally:
+        st.stop()
+
+
+def test_a_send_to_a_slave_is_refused_with_service_not_available(tmp_path):
+    from rocketq.broker.send import SendProcessor
+    from rocketq.protocol import RemotingCommand, RequestCode
+
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "T"})
+    answer = SendProcessor._store_error(None, cmd, SlaveNotWritableError("slave"))  # type: ignore[arg-type]
+    assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
