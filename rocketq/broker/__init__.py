@@ -34,6 +34,7 @@ from ..ha import HAClient, HAServer
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
+from ..store.config import SYNC_MASTER
 from .admin_requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
@@ -167,7 +168,6 @@ class Broker:
         self.store_config.listenPort = port
         # Opening the store may scan files after a crash: keep the loop free meanwhile.
         self.store = await asyncio.to_thread(MessageStore, self.store_config)
-        self._writer = StoreWriter(self.store)
         self.store.dispatch_via(self.loop.call_soon)
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
@@ -181,6 +181,8 @@ class Broker:
                                       self.store_config.haListenPort)
             await self.ha_server.start()
             self.store_config.haListenPort = self.ha_server.port
+        self._writer = StoreWriter(
+            self.store, self.ha_server if self.store_config.brokerRole == SYNC_MASTER else None)
         await self.server.start()
         self.registration.start()
         await self.registration.register_all()  # routes exist by the time start() returns

@@ -108,6 +108,12 @@ def _bad_header(header: dict[str, str], names: _HeaderKeys) -> str:
     return "bad send header"
 
 
+#: What a send is answered (all but SUCCESS still mean "stored on the master").
+_STATUS_CODES = {PutStatus.PUT_OK: ResponseCode.SUCCESS,
+                 PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+                 PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+                 PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT}
+
 _TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
                      Property.TIMER_DELAY_MS)
 
@@ -284,7 +290,7 @@ class SendProcessor:
         if reply:
             return self._reply(cmd, ext, names, message)  # type: ignore[arg-type]
         store = self.store
-        if store.config.sync_flush:
+        if store.config.answers_when_safe:
             return self._put_async(cmd, message, queue_id, batch)
         try:
             results = store.put_messages(message if batch else (message,))
@@ -301,7 +307,7 @@ class SendProcessor:
         if not queued:
             return  # already appended, ahead of a send that had to go after them
         store = self.store
-        if store.config.sync_flush:
+        if store.config.answers_when_safe:
             task = asyncio.get_running_loop().create_task(self._append_queued_durable(queued))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -427,8 +433,7 @@ class SendProcessor:
         """The answer: where the message (a batch's first) landed, the offset ids, and the
         transaction id (the request's UNIQ_KEY, a batch's own for a batch)."""
         first = results[0]
-        code = (ResponseCode.FLUSH_DISK_TIMEOUT if first.status is PutStatus.FLUSH_DISK_TIMEOUT
-                else ResponseCode.SUCCESS)
+        code = _STATUS_CODES[first.status]
         uniq = property_value(message.properties, b"UNIQ_KEY")
         self.stats.put(len(results), message.topic)
         return cmd.response_text(code, {

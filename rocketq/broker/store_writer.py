@@ -13,15 +13,18 @@ import asyncio
 import concurrent.futures
 from collections.abc import Sequence
 
-from ..store import BatchMessage, MessageStore, PutResult, StoreMessage
-from ..store.message_store import mark_flush_timeout
+from ..ha import HAServer
+from ..store import BatchMessage, MessageStore, PutResult, PutStatus, StoreMessage
+from ..store.message_store import mark_flush_timeout, wants_wait
 
 
 class StoreWriter:
-    """Appends for coroutines of one event loop; see the module docstring."""
+    """Appends for coroutines of one event loop; see the module docstring. With
+    ``replicas`` (a SYNC_MASTER's HA port), a send also waits until a slave holds it."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, replicas: HAServer | None = None) -> None:
         self.store = store
+        self.replicas = replicas
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._running = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -33,7 +36,30 @@ class StoreWriter:
         appended, durable_at = self.store.append(messages)
         if durable_at and not await self._durable(durable_at):
             mark_flush_timeout(appended)
+        replicas = self.replicas
+        if replicas is not None and appended and (
+                wants_wait(messages) if isinstance(messages, BatchMessage)
+                else any(wants_wait(m) for m in messages)):
+            await self._replicated(replicas, appended)
         return appended
+
+    async def _replicated(self, replicas: HAServer, appended: list[PutResult]) -> None:
+        """SYNC_MASTER (RocketMQ's handleHA): SLAVE_NOT_AVAILABLE at once unless a slave is
+        connected and close enough; else wait for a slave's acknowledgement, sharing it with
+        every send waiting, and FLUSH_SLAVE_TIMEOUT at the deadline."""
+        last = appended[-1]
+        end = last.commitlog_offset + last.size
+        if not replicas.slave_caught_up(end):
+            mark_flush_timeout(appended, PutStatus.SLAVE_NOT_AVAILABLE)
+            return
+        waiter = replicas.wait_for_slave(end)
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(waiter),
+                                        self.store.config.syncFlushTimeout / 1000)
+        except TimeoutError:
+            ok = False
+        if not ok and appended[0].status is PutStatus.PUT_OK:
+            mark_flush_timeout(appended, PutStatus.FLUSH_SLAVE_TIMEOUT)
 
     async def put_message(self, message: StoreMessage) -> PutResult:
         return (await self.put_messages((message,)))[0]

@@ -146,6 +146,10 @@ class PutStatus(enum.Enum):
 
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    #: SYNC_MASTER: no slave connected and caught up; stored on the master only.
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    #: SYNC_MASTER: no slave acknowledged it in time; stored on the master.
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
 
 
 class PutResult:

@@ -91,6 +91,12 @@ class MessageStoreConfig:
         return self.brokerRole == SLAVE
 
     @property
+    def answers_when_safe(self) -> bool:
+        """Whether a send is answered only once on disk (SYNC_FLUSH) or on a slave
+        (SYNC_MASTER), rather than as soon as it is appended."""
+        return self.sync_flush or self.brokerRole == SYNC_MASTER
+
+    @property
     def delay_levels_ms(self) -> list[int]:
         """``messageDelayLevel`` in milliseconds, level 1 first."""
         units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

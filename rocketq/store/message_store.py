@@ -184,10 +184,10 @@ class MessageStore:
                 "this broker is a slave: it takes messages only from its master")
         if isinstance(messages, BatchMessage):
             appended = self.commitlog.append_batch(messages)
-            waits = self.group_commit is not None and _wants_wait(messages)
+            waits = self.group_commit is not None and wants_wait(messages)
         else:
             appended = self.commitlog.append(messages)
-            waits = self.group_commit is not None and any(_wants_wait(m) for m in messages)
+            waits = self.group_commit is not None and any(wants_wait(m) for m in messages)
         if not waits or not appended:
             return appended, 0
         last = appended[-1]
@@ -395,13 +395,15 @@ class MessageStore:
         return deleted
 
 
-def mark_flush_timeout(results: list[PutResult]) -> None:
-    """Report appends whose SYNC_FLUSH wait timed out (they are stored all the same)."""
+def mark_flush_timeout(results: list[PutResult],
+                       status: PutStatus = PutStatus.FLUSH_DISK_TIMEOUT) -> None:
+    """Report appends whose SYNC_FLUSH (or SYNC_MASTER) wait failed; they are stored all the
+    same."""
     for r in results:
-        r.status = PutStatus.FLUSH_DISK_TIMEOUT
+        r.status = status
 
 
-def _wants_wait(message: StoreMessage | BatchMessage) -> bool:
+def wants_wait(message: StoreMessage | BatchMessage) -> bool:
     """False when the message carries ``WAIT=false`` (do not wait for the flush)."""
     value = property_value(message.properties, b"WAIT")
     return value is None or value.lower() != b"false"

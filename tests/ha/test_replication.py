@@ -130,3 +130,41 @@ def test_a_send_to_a_slave_is_refused_with_service_not_available(tmp_path):
     cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "T"})
     answer = SendProcessor._store_error(None, cmd, SlaveNotWritableError("slave"))  # type: ignore[arg-type]
     assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+@pytest.mark.slow
+def test_sync_master_answers_after_a_slave_holds_the_message(tmp_path):
+    import socket
+
+    from rocketq import SendStatus
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", brokerRole="SYNC_MASTER", syncFlushTimeout=400,
+                                 haSendHeartbeatInterval=200)
+        st.create_topic("Safe", 1)
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            # No slave: stored on the master, but the sender hears it is not replicated.
+            alone = producer.send(Message("Safe", b"alone"))
+            assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE
+            # A slave that connects and never acknowledges: the send times out waiting.
+            with socket.create_connection(("127.0.0.1", master.ha_server.port)) as mute:
+                mute.sendall(encode_report(0))
+                assert wait_for(lambda: master.ha_server.connections, 5)
+                stuck = producer.send(Message("Safe", b"stuck"))
+                assert stuck.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+            assert wait_for(lambda: not master.ha_server.connections, 5)
+            slave = st.start_broker("slave", brokerName="broker-a", brokerId=1,
+                                    brokerRole="SLAVE", haSendHeartbeatInterval=200,
+                                    haMasterAddress=master.ha_server.address)
+            assert wait_for(lambda: master.ha_server.connections, 5)
+            results = [producer.send(Message("Safe", b"ok-%d" % i)) for i in range(20)]
+            assert {r.status for r in results} == {SendStatus.SEND_OK}
+            # Answered only once the slave held it: every acknowledged byte is there.
+            assert slave.store.commitlog.max_offset >= master.ha_server.slave_acked
+            assert master.ha_server.slave_acked == master.store.commitlog.max_offset
+        bodies = [m.body for m in master.store.get_messages("Safe", 0, 0, 100).decode()]
+        assert bodies[:2] == [b"alone", b"stuck"] and len(bodies) == 22
+    finally:
+        st.stop()
