@@ -173,14 +173,17 @@ class Broker:
         await asyncio.to_thread(self.transactions.load)
         slave = self.store_config.is_slave
         if slave:
-            self.ha_client = HAClient(self.store, lambda: self.store_config.haMasterAddress,
-                                      min(5.0, self.store_config.haSendHeartbeatInterval / 1000))
+            self.ha_client = HAClient(
+                self.store,
+                lambda: self.store_config.haMasterAddress or self.registration.master_ha_addr,
+                min(5.0, self.store_config.haSendHeartbeatInterval / 1000))
             self.ha_client.start()
         else:
             self.ha_server = HAServer(self.store, self.config.brokerIP1,
                                       self.store_config.haListenPort)
             await self.ha_server.start()
             self.store_config.haListenPort = self.ha_server.port
+            self.registration.ha_server_addr = self.ha_server.address
         self._writer = StoreWriter(
             self.store, self.ha_server if self.store_config.brokerRole == SYNC_MASTER else None)
         await self.server.start()

@@ -35,6 +35,11 @@ class Registration:
         self.client = client
         #: Set when the topics changed; None until the broker has started.
         self._soon: asyncio.Event | None = None
+        #: This broker's HA port (a master's), sent as ``haServerAddr``.
+        self.ha_server_addr = ""
+        #: What the NameServers answer a slave: its master's address and HA port.
+        self.master_addr = ""
+        self.master_ha_addr = ""
 
     def start(self) -> None:
         """From now on a change of the topics registers at once (see ``soon``)."""
@@ -67,7 +72,7 @@ class Registration:
         body = orjson.dumps({"topicConfigSerializeWrapper": self.topics.register_body(
                                  self.config.brokerPermission),
                              "filterServerList": []})
-        header = {**self.header(), "haServerAddr": self.config.broker_addr,
+        header = {**self.header(), "haServerAddr": self.ha_server_addr or self.config.broker_addr,
                   "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
 
         async def one(addr: str) -> None:
@@ -77,6 +82,11 @@ class Registration:
                     addr, cmd, self.config.registerBrokerTimeoutMills / 1000)
                 if r.code != ResponseCode.SUCCESS:
                     log.warning("NameServer %s refused registration: %s", addr, r.remark)
+                elif self.config.brokerId != 0:
+                    # A slave learns where its master is (RocketMQ's updateHaMasterAddress).
+                    master, ha = r.ext_fields.get("masterAddr"), r.ext_fields.get("haServerAddr")
+                    if master and ha:
+                        self.master_addr, self.master_ha_addr = master, ha
             except (RemotingError, OSError) as exc:
                 log.warning("cannot register with NameServer %s: %s", addr, exc)
 

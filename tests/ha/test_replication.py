@@ -168,3 +168,35 @@ def test_sync_master_answers_after_a_slave_holds_the_message(tmp_path):
         assert bodies[:2] == [b"alone", b"stuck"] and len(bodies) == 22
     finally:
         st.stop()
+
+
+@pytest.mark.slow
+def test_a_slave_finds_its_master_through_the_nameserver(tmp_path):
+    from rocketq.client.instance import ClientInstance
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        st.create_topic("Routed", 1)
+        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                                haSendHeartbeatInterval=200)  # no haMasterAddress
+        assert slave.registration.master_ha_addr == master.ha_server.address
+        assert slave.registration.master_addr == master.address
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            producer.send(Message("Routed", b"via-nameserver"))
+        end = master.store.commitlog.max_offset
+        assert wait_for(lambda: slave.store.commitlog.max_offset == end, 10)
+
+        async def route():
+            instance = ClientInstance(st.namesrv)
+            try:
+                return await instance.fetch_route("Routed")
+            finally:
+                await instance.remoting.close()
+
+        found = st.call(route())
+        addrs = {int(k): v for k, v in found.broker_addrs["broker-a"].items()}
+        assert addrs == {0: master.address, 1: slave.address}
+    finally:
+        st.stop()
