@@ -178,6 +178,9 @@ class Broker:
                 lambda: self.store_config.haMasterAddress or self.registration.master_ha_addr,
                 min(5.0, self.store_config.haSendHeartbeatInterval / 1000))
             self.ha_client.start()
+            client = self.ha_client
+            self.pull.slave_serves = lambda: (self.config.slaveReadEnable
+                                              or client.connected_to is None)
         else:
             self.ha_server = HAServer(self.store, self.config.brokerIP1,
                                       self.store_config.haListenPort)

@@ -43,6 +43,8 @@ class BrokerConfig:
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 30_000  # ms
     timerMaxDelaySec: int = 3 * 24 * 3600
+    #: A slave serves pulls even while its master is up (RocketMQ's slaveReadEnable).
+    slaveReadEnable: bool = False
     regionId: str = "DefaultRegion"
     traceOn: bool = True
     unknown: dict[str, str] = field(default_factory=dict, repr=False)

@@ -90,6 +90,10 @@ class PullProcessor:
             return response
         return self._hold(cmd)
 
+    #: A slave's: whether it serves pulls now (``slaveReadEnable``, or its master is gone);
+    #: None on a master.
+    slave_serves: Callable[[], bool] | None = None
+
     def pull(self, cmd: RemotingCommand, allow_suspend: bool) -> RemotingCommand | None:
         """Answer a pull, or return None when it should be held for new messages."""
         config = self.config
@@ -163,7 +167,15 @@ class PullProcessor:
 
             def record_filter(view: memoryview) -> bool:
                 return selector(record_properties(view))
-        if sysflag & PullSysFlag.COMMIT_OFFSET:
+        slave_serves = self.slave_serves
+        if slave_serves is not None and not slave_serves():
+            # RocketMQ's slave without slaveReadEnable: "ask the master" (suggest id 0).
+            return cmd.response(ResponseCode.PULL_RETRY_IMMEDIATELY, {
+                "suggestWhichBrokerId": 0, "nextBeginOffset": offset,
+                "minOffset": self.store.get_min_offset(topic, queue_id),
+                "maxOffset": self.store.get_max_offset(topic, queue_id)},
+                remark="this slave serves pulls only when its master is gone")
+        if sysflag & PullSysFlag.COMMIT_OFFSET and slave_serves is None:
             commit = cmd.int_field("commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit(group, topic, queue_id, commit)

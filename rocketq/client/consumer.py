@@ -13,7 +13,14 @@ from typing import Any
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode, is_retry_topic, retry_topic
+from ..protocol import (
+    PullSysFlag,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    is_retry_topic,
+    retry_topic,
+)
 from ..protocol.filter import Subscription
 from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
@@ -79,6 +86,8 @@ class GroupConsumer:
         self.instance = instance or ClientInstance(namesrv)
         self.subscriptions: dict[str, Subscription] = {}
         self.owned: dict[MessageQueue, Any] = {}
+        #: Per queue, the broker id its last pull answer suggested (0: the master).
+        self._suggested: dict[MessageQueue, int] = {}
         self.offset_store: OffsetStore
         if model == "broadcasting":
             directory = offset_store_dir or os.path.join(os.path.expanduser("~"),
@@ -210,7 +219,7 @@ class GroupConsumer:
             try:
                 response = await self.instance.invoke_broker(name, RemotingCommand.request(
                     RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}), 3,
-                    topic)
+                    topic, master_only=False)
             except (ClientError, RemotingError, OSError):
                 continue
             if response.code == ResponseCode.SUCCESS:
@@ -257,19 +266,39 @@ class GroupConsumer:
                     commit: int, batch: int, suspend_timeout: float) -> RemotingCommand | None:
         """One PULL_MESSAGE (long-polled when ``sysflag`` allows); None after a failure, once
         the 3 s back-off RocketMQ's clients use has passed."""
+        instance = self.instance
+        found = instance.pull_addr(mq.broker_name, self._suggested.get(mq, 0))
+        if found is None:
+            with contextlib.suppress(ClientError, RemotingError, OSError):
+                await instance.update_route(mq.topic)
+            found = instance.pull_addr(mq.broker_name, self._suggested.get(mq, 0))
+        if found is None:
+            log.info("no broker of %s to pull %s from; retrying in 3 s", mq.broker_name, mq)
+            await asyncio.sleep(3)
+            return None
+        addr, slave = found
+        if slave:  # offsets are committed to the master only, as RocketMQ's clients do
+            sysflag &= ~PullSysFlag.COMMIT_OFFSET
         cmd = pull_request(self.group, mq, offset, batch, sub, sysflag=sysflag, commit=commit,
                            suspend_ms=int(suspend_timeout * 1000))
         try:
-            return await self.instance.invoke_broker(mq.broker_name, cmd, suspend_timeout + 15,
-                                                     mq.topic)
+            response = await instance.remoting.invoke(addr, cmd, suspend_timeout + 15)
         except (ClientError, RemotingError, OSError) as exc:
-            log.info("pull from %s failed: %s; retrying in 3 s", mq, exc)
+            log.info("pull from %s at %s failed: %s; retrying in 3 s", mq, addr, exc)
+            # The broker may be gone: learn the route now (a slave may serve), not in 30 s.
+            with contextlib.suppress(ClientError, RemotingError, OSError):
+                await instance.update_route(mq.topic)
             await asyncio.sleep(3)
             return None
+        suggested = response.ext_fields.get("suggestWhichBrokerId")
+        if suggested is not None and suggested.isdigit():
+            self._suggested[mq] = int(suggested)
+        return response
 
     async def _offset_query(self, code: int, mq: MessageQueue, **extra: Any) -> int:
         response = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
-            code, {"topic": mq.topic, "queueId": mq.queue_id, **extra}), 3, mq.topic)
+            code, {"topic": mq.topic, "queueId": mq.queue_id, **extra}), 3, mq.topic,
+            master_only=False)
         if response.code != ResponseCode.SUCCESS:
             raise ClientError(f"offset query for {mq}: {response.remark}")
         return int(response.ext_fields.get("offset", "0"))

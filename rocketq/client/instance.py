@@ -198,6 +198,20 @@ class ClientInstance:
             return addrs[min(addrs)]
         return None
 
+    def pull_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> tuple[str, bool] | None:
+        """Where to pull from (RocketMQ's findBrokerAddressInSubscribe): the broker the last
+        pull suggested, else the master's first slave, else any broker of the group (a slave
+        when the master is gone); and whether it is a slave. None when the group has none."""
+        addrs = self.broker_addrs.get(broker_name) or {}
+        addr = addrs.get(broker_id)
+        if addr is None and broker_id == MASTER_ID:
+            broker_id = MASTER_ID + 1
+            addr = addrs.get(broker_id)
+        if addr is None and addrs:
+            broker_id = min(addrs)
+            addr = addrs[broker_id]
+        return None if addr is None else (addr, broker_id != MASTER_ID)
+
     async def broker_addr_or_refresh(self, broker_name: str, topic: str | None = None,
                                      master_only: bool = True) -> str:
         addr = self.broker_addr(broker_name, master_only)
@@ -209,8 +223,11 @@ class ClientInstance:
         return addr
 
     async def invoke_broker(self, broker_name: str, cmd: RemotingCommand, timeout: float,
-                            topic: str | None = None) -> RemotingCommand:
-        addr = await self.broker_addr_or_refresh(broker_name, topic)
+                            topic: str | None = None, *, master_only: bool = True
+                            ) -> RemotingCommand:
+        """Send ``cmd`` to the broker group's master; a read may go to a slave when the
+        master is gone (``master_only=False``), as RocketMQ's consumers do."""
+        addr = await self.broker_addr_or_refresh(broker_name, topic, master_only)
         return await self.remoting.invoke(addr, cmd, timeout)
 
     async def heartbeat_all(self) -> None:

@@ -59,7 +59,8 @@ class RemoteOffsetStore(_MemoryTable):
         """The broker's committed offset, or None when the group has none for the queue."""
         response = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
             RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": self.group, "topic": mq.topic,
-                                                "queueId": mq.queue_id}), 3, mq.topic)
+                                                "queueId": mq.queue_id}), 3, mq.topic,
+            master_only=False)
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if response.code != ResponseCode.SUCCESS:

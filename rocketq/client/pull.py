@@ -276,7 +276,7 @@ class AsyncPullConsumer(GroupConsumer):
             response = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
                 RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": self.group,
                                                     "topic": mq.topic, "queueId": mq.queue_id}),
-                3, mq.topic)
+                3, mq.topic, master_only=False)
             if response.code == ResponseCode.SUCCESS:
                 return int(response.ext_fields.get("offset", "0"))
         return None

@@ -200,3 +200,48 @@ def test_a_slave_finds_its_master_through_the_nameserver(tmp_path):
         assert addrs == {0: master.address, 1: slave.address}
     finally:
         st.stop()
+
+
+@pytest.mark.slow
+def test_consumers_read_from_the_slave_when_the_master_is_gone(tmp_path):
+    from rocketq import PullConsumer
+    from rocketq.protocol import RemotingCommand, RequestCode
+    from rocketq.remoting import RemotingClient
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                                haSendHeartbeatInterval=200)
+        st.create_topic("Survives", 2)  # on both: copying metadata from the master is to come
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            sent = [producer.send(Message("Survives", b"r%d" % i)) for i in range(40)]
+        end = master.store.commitlog.max_offset
+        assert wait_for(lambda: slave.store.commitlog.max_offset == end, 10)
+
+        async def pull_from_slave():
+            client = RemotingClient()
+            try:
+                return await client.invoke(slave.address, RemotingCommand.request(
+                    RequestCode.PULL_MESSAGE, {
+                        "consumerGroup": "cg", "topic": "Survives", "queueId": 0,
+                        "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 4, "subscription": "*",
+                        "commitOffset": 0, "suspendTimeoutMillis": 0, "subVersion": 0}), 5)
+            finally:
+                await client.close()
+
+        # While its master is up, a slave sends readers to the master (no slaveReadEnable).
+        answer = st.call(pull_from_slave())
+        assert answer.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+        assert answer.ext_fields["suggestWhichBrokerId"] == "0"
+        st.stop_broker(master)
+        assert wait_for(lambda: slave.ha_client.connected_to is None, 10)
+        with PullConsumer("late-group", namesrv=st.namesrv, from_where="first") as consumer:
+            consumer.subscribe("Survives")
+            consumer.start()
+            got = []
+            wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= 40, 20)
+        assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
+    finally:
+        st.stop()
