@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
+
 from ..ha import HAClient, HAServer
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
@@ -48,6 +50,7 @@ from .pull import PullProcessor
 from .registration import Registration
 from .send import SendProcessor
 from .send_back import SendBack
+from .slave_sync import SlaveSync
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
 from .store_writer import StoreWriter
@@ -91,6 +94,8 @@ class Broker:
         #: Replication: the master's HA port, or the slave's link to its master.
         self.ha_server: HAServer | None = None
         self.ha_client: HAClient | None = None
+        #: A slave's copy of its master's metadata.
+        self.slave_sync: SlaveSync | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -138,6 +143,11 @@ class Broker:
             RequestCode.PULL_MESSAGE: self.pull.handle,
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
+            # What a slave copies from its master (slave_sync.py).
+            RequestCode.GET_ALL_CONSUMER_OFFSET: lambda conn, cmd: cmd.response(
+                body=orjson.dumps(self.offsets.wrapper())),
+            RequestCode.GET_ALL_DELAY_OFFSET: lambda conn, cmd: cmd.response(
+                body=orjson.dumps(self.schedule.wrapper())),
         }
         for part in (self.client_requests, self.send_back, self.offset_requests,
                      self.message_queries, self.admin, self.consumer_calls):
@@ -181,6 +191,9 @@ class Broker:
             client = self.ha_client
             self.pull.slave_serves = lambda: (self.config.slaveReadEnable
                                               or client.connected_to is None)
+            self.slave_sync = SlaveSync(
+                self.namesrv_client, lambda: self.registration.master_addr, self.topics,
+                self.offsets, self.schedule, self.subscription_groups)
         else:
             self.ha_server = HAServer(self.store, self.config.brokerIP1,
                                       self.store_config.haListenPort)
@@ -195,6 +208,8 @@ class Broker:
         self._tasks = [self.loop.create_task(self.registration.run()),
                        self.loop.create_task(self._housekeeping()),
                        self.loop.create_task(self.stats.run())]
+        if self.slave_sync is not None:
+            self._tasks.append(self.loop.create_task(self.slave_sync.run()))
         if not slave:  # a slave's delay, timer and transaction state comes from its master
             self._tasks += [self.loop.create_task(self.schedule.run()),
                             self.loop.create_task(self.transactions.run()),

@@ -112,9 +112,12 @@ class DelayDelivery:
     def wake(self) -> None:
         self._wake.set()
 
+    def wrapper(self) -> dict[str, dict[str, int]]:
+        """The delay offsets as ``delayOffset.json`` and GET_ALL_DELAY_OFFSET (45) hold them."""
+        return {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
+
     def persist(self) -> None:
-        data = {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
-        write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        write_atomically(self.path, orjson.dumps(self.wrapper(), option=orjson.OPT_INDENT_2))
 
     async def run(self) -> None:
         """Deliver due messages as they fall due, until cancelled."""

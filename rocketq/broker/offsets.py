@@ -48,6 +48,19 @@ class ConsumerOffsets:
     def table(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.offsets.get(self.key(topic, group), {}))
 
+    def wrapper(self) -> dict[str, Any]:
+        """ConsumerOffsetSerializeWrapper: what GET_ALL_CONSUMER_OFFSET (43) answers."""
+        with self.lock:
+            return {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
+                                    for k, v in self.offsets.items()}}
+
+    def put_all(self, table: dict[str, dict[Any, Any]]) -> None:
+        """Take a master's offsets over this table (a slave's sync: the master wins)."""
+        parsed = {str(k): {int(q): int(o) for q, o in v.items()} for k, v in table.items()}
+        with self.lock:
+            self.offsets.update(parsed)
+            self._dirty = True
+
     def remove_topic(self, topic: str) -> None:
         with self.lock:
             for key in [k for k in self.offsets if k.split("@", 1)[0] == topic]:

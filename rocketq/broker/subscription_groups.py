@@ -208,6 +208,19 @@ class SubscriptionGroupTable:
             return {"subscriptionGroupTable": {n: g.to_json() for n, g in self.groups.items()},
                     "dataVersion": self.data_version.to_json()}
 
+    def take_all(self, table: dict[str, Any]) -> None:
+        """Make this table the master's (a slave's sync); OSError if it cannot be saved,
+        GroupConfigError on a group config that is not one."""
+        theirs = {name: group_config_from_json(cfg) for name, cfg in table.items()}
+        with self.lock:
+            changes: dict[str, SubscriptionGroupConfig | None] = {
+                name: cfg for name, cfg in theirs.items()
+                if self.groups.get(name) is None
+                or self.groups[name].to_json() != cfg.to_json()}
+            changes.update({name: None for name in self.groups if name not in theirs})
+            if changes:
+                self._change(changes)
+
     def _change(self, changes: dict[str, SubscriptionGroupConfig | None]) -> None:
         """Save the table with ``changes`` (None removes a group) and the next DataVersion,
         then make them in memory; a failed save raises and changes nothing."""

@@ -225,6 +225,20 @@ class TopicTable:
             self._change({topic: None})
             return True
 
+    def take_all(self, table: dict[str, dict[str, Any]]) -> None:
+        """Make this table the master's (a slave's sync): its topics added or changed, the
+        ones it lacks removed. Raises OSError, leaving the table as it was, if it cannot be
+        saved; ValueError on a config that is not a topic's."""
+        theirs = {name: TopicConfig.from_json(cfg) for name, cfg in table.items()}
+        with self.lock:
+            changes: dict[str, TopicConfig | None] = {
+                name: cfg for name, cfg in theirs.items()
+                if self.topics.get(name) is None
+                or self.topics[name].to_json() != cfg.to_json()}
+            changes.update({name: None for name in self.topics if name not in theirs})
+            if changes:
+                self._change(changes)
+
     def next_version(self) -> None:
         """Advance the DataVersion without changing a topic, so that the NameServers re-read
         the table at the next registration (the broker's permission changed, which the

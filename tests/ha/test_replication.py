@@ -212,9 +212,9 @@ def test_consumers_read_from_the_slave_when_the_master_is_gone(tmp_path):
     try:
         st.start_namesrv()
         master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        st.create_topic("Survives", 2)  # on the master only: the slave copies it
         slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
                                 haSendHeartbeatInterval=200)
-        st.create_topic("Survives", 2)  # on both: copying metadata from the master is to come
         with Producer("pg", namesrv=st.namesrv) as producer:
             sent = [producer.send(Message("Survives", b"r%d" % i)) for i in range(40)]
         end = master.store.commitlog.max_offset
@@ -243,5 +243,41 @@ def test_consumers_read_from_the_slave_when_the_master_is_gone(tmp_path):
             got = []
             wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= 40, 20)
         assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
+    finally:
+        st.stop()
+
+
+@pytest.mark.slow
+def test_a_slave_copies_its_masters_metadata(tmp_path):
+    from rocketq.broker.subscription_groups import SubscriptionGroupConfig
+    from rocketq.broker.topics import TopicConfig
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                                haSendHeartbeatInterval=200)
+
+        async def change_master():
+            master.topics.update(TopicConfig("Copied", 3, 3))
+            master.subscription_groups.update(SubscriptionGroupConfig("copied-group"))
+            master.offsets.commit("copied-group", "Copied", 2, 41)
+            master.schedule.offsets[3] = 7
+
+        st.call(change_master())
+        assert slave.topics.get("Copied") is None
+        assert st.call(slave.slave_sync.sync_once())
+        assert slave.topics.get("Copied").read_queue_nums == 3
+        assert slave.subscription_groups.get("copied-group") is not None
+        assert slave.offsets.query("copied-group", "Copied", 2) == 41
+        assert slave.schedule.offsets[3] == 7
+
+        async def remove_on_master():
+            master.topics.delete("Copied")
+
+        st.call(remove_on_master())
+        assert st.call(slave.slave_sync.sync_once())
+        assert slave.topics.get("Copied") is None
     finally:
         st.stop()
