@@ -281,3 +281,32 @@ def test_a_slave_copies_its_masters_metadata(tmp_path):
         assert slave.topics.get("Copied") is None
     finally:
         st.stop()
+
+
+@pytest.mark.slow
+def test_bad_input_on_the_ha_port_closes_only_that_link(tmp_path):
+    import socket
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        st.create_topic("Guarded", 1)
+        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                                haSendHeartbeatInterval=200,
+                                haMasterAddress=master.ha_server.address)
+        assert wait_for(lambda: len(master.ha_server.connections) == 1, 5)
+        port = master.ha_server.port
+        for hostile in (encode_report(-5), encode_report(1 << 50)):  # negative; beyond the log
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(hostile)
+                s.settimeout(5)
+                while s.recv(1 << 16):  # the master closes it (after any heartbeat bytes)
+                    pass
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            producer.send(Message("Guarded", b"still-served"))
+        end = master.store.commitlog.max_offset
+        assert wait_for(lambda: slave.store.commitlog.max_offset == end, 10)
+        assert len(master.ha_server.connections) == 1  # the real slave kept its link
+    finally:
+        st.stop()
