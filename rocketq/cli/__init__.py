@@ -88,21 +88,39 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     overrides = _broker_overrides(args)
     overrides["namesrvAddr"] = ns.address
     overrides["storePathRootDir"] = os.path.abspath(args.data_dir)
+    if args.slaves:
+        overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
     broker = Broker(*load_broker_conf(args.config, **overrides))
     await broker.start()
+    brokers = [broker]
     print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
           f"{broker.config.brokerName} {broker.address}, data in "
           f"{broker.store_config.storePathRootDir}", flush=True)
-    print(f"connect clients with namesrv=\"{ns.address}\"; Ctrl-C stops", flush=True)
-    await stop.wait()
-    print("stopping...", flush=True)
-    await broker.stop()
-    await ns.stop()
+    try:
+        for i in range(1, args.slaves + 1):
+            # Each slave: its own store beside the master's, its own ports, the master's name.
+            slave_overrides = {
+                **overrides, "brokerRole": "SLAVE", "brokerId": i,
+                "storePathRootDir": os.path.join(overrides["storePathRootDir"], f"slave-{i}"),
+                "listenPort": 0,
+                "haMasterAddress": broker.ha_server.address if broker.ha_server else None}
+            slave = Broker(*load_broker_conf(args.config, **slave_overrides))
+            await slave.start()
+            brokers.append(slave)
+            print(f"slave {i} of {broker.config.brokerName}: {slave.address}, data in "
+                  f"{slave.store_config.storePathRootDir}", flush=True)
+        print(f"connect clients with namesrv=\"{ns.address}\"; Ctrl-C stops", flush=True)
+        await stop.wait()
+        print("stopping...", flush=True)
+    finally:
+        for b in reversed(brokers):
+            await b.stop()
+        await ns.stop()
 
 
 def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | None = None,
-                     log_level: str = "WARNING", timeout: float = 30
-                     ) -> tuple[subprocess.Popen[str], str]:
+                     log_level: str = "WARNING", timeout: float = 30,
+                     extra: list[str] | None = None) -> tuple[subprocess.Popen[str], str]:
     """Start ``rocketq standalone`` in a child process on free ports, with its store in
     ``data_dir`` (and ``flush`` mode, ``config`` broker.conf); return the process and its
     NameServer address once it serves. Stop it with ``terminate()``."""
@@ -112,6 +130,7 @@ def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | N
         argv += ["--flush", flush]
     if config:
         argv += ["-c", config]
+    argv += extra or []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
@@ -160,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "./rocketq-data)")
     p.add_argument("--host", default="127.0.0.1", help="NameServer listen address")
     p.add_argument("--namesrv-port", type=int, default=9876)
+    p.add_argument("--slaves", type=int, default=0, metavar="N",
+                   help="also run N slaves of the broker, replicating it (default 0)")
+    p.add_argument("--sync-master", action="store_true",
+                   help="with --slaves: answer sends once a slave holds them (SYNC_MASTER)")
     broker_options(p, standalone=True)
     p.set_defaults(func=_run_standalone)
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 import time
+from typing import cast
 
 from ..store import MessageStore
 from .protocol import HAProtocolError, ReportReader, encode_transfer_header
@@ -42,9 +43,8 @@ class HAConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ reading
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._transfer())

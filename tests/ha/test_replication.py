@@ -310,3 +310,35 @@ def test_bad_input_on_the_ha_port_closes_only_that_link(tmp_path):
         assert len(master.ha_server.connections) == 1  # the real slave kept its link
     finally:
         st.stop()
+
+
+@pytest.mark.slow
+def test_standalone_with_slaves_replicates(tmp_path):
+    from rocketq.cli import spawn_standalone
+    from rocketq.client.instance import ClientInstance
+    from rocketq.remoting import run
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=1048576\nmaxHashSlotNum=4096\nmaxIndexNum=16384\n")
+    data = tmp_path / "data"
+    proc, namesrv = spawn_standalone(str(data), config=str(conf), extra=["--slaves", "1"])
+    try:
+        with Producer("pg", namesrv=namesrv) as producer:
+            for i in range(30):
+                producer.send(Message("TryIt", b"m%d" % i))
+
+        async def route():
+            instance = ClientInstance(namesrv)
+            try:
+                return await instance.fetch_route("TryIt")
+            finally:
+                await instance.remoting.close()
+
+        assert wait_for(lambda: len(run(route()).broker_addrs["broker-a"]) == 2, 10)
+        master_log = data / "commitlog" / ("0" * 20)
+        slave_log = data / "slave-1" / "commitlog" / ("0" * 20)
+        assert wait_for(lambda: slave_log.exists() and slave_log.read_bytes()
+                        == master_log.read_bytes(), 10)
+    finally:
+        proc.terminate()
+        proc.wait(20)
