@@ -9,6 +9,7 @@ broker when one is available.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -295,6 +296,11 @@ class AsyncProducer:
                 last_error, last_broker = exc, mq.broker_name
                 if isinstance(exc, BrokerError) and exc.code == ResponseCode.TOPIC_NOT_EXIST:
                     self.instance.routes.pop(topic, None)
+                elif not isinstance(exc, BrokerError) and queue is None:
+                    # The broker may be gone (its master down): learn the route now, not at
+                    # the next 30 s poll, so the retry goes to a group that has a master.
+                    with contextlib.suppress(RemotingError, OSError, ClientError):
+                        await self.instance.update_route(topic)
                 if not retriable or selector is not None or queue is not None:
                     raise
                 log.info("send to %s failed (%s), attempt %d of %d", mq, exc, attempt + 1,

@@ -3,6 +3,8 @@ byte for byte, and the slave serves what it received."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from rocketq import LocalTransactionState, Message, Producer, TransactionProducer
@@ -342,3 +344,31 @@ def test_standalone_with_slaves_replicates(tmp_path):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+@pytest.mark.slow
+def test_producers_leave_a_group_whose_master_is_gone_at_once(tmp_path):
+    from rocketq import SendStatus
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        a = st.start_broker("broker-a")
+        st.start_broker("broker-b")
+        st.create_topic("Spread", 2)
+        with Producer("pg", namesrv=st.namesrv, retries=2) as producer:
+            first = [producer.send(Message("Spread", b"x")) for _ in range(8)]
+            assert {r.queue.broker_name for r in first} == {"broker-a", "broker-b"}
+            st.stop_broker(a)
+            began = time.monotonic()
+            after = [producer.send(Message("Spread", b"y")) for _ in range(8)]
+            elapsed = time.monotonic() - began
+            # The first failure refreshed the route: broker-a's queues are gone from it now,
+            # not at the next 30 s poll.
+            route = producer._async.instance.routes["Spread"]
+            assert {q.broker_name for q in route.publish_queues} == {"broker-b"}
+        assert {r.status for r in after} == {SendStatus.SEND_OK}
+        assert {r.queue.broker_name for r in after} == {"broker-b"}
+        assert elapsed < 10
+    finally:
+        st.stop()
