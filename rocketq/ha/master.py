@@ -9,6 +9,7 @@ offset any slave acknowledged (``push2SlaveMaxOffset``): SYNC_MASTER sends wait 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -163,12 +164,15 @@ class HAServer:
     async def stop(self) -> None:
         if self._on_append in self.store.commitlog.on_append:
             self.store.commitlog.on_append.remove(self._on_append)
-        for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()  # queued CommitLog bytes are of no use to anyone now
+        if self._server is not None:
+            # Bounded: some event loops wait here for every connection to be gone.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
             self._server = None
         for _, fut in self._ack_waiters:
             if not fut.done():

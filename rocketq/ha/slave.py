@@ -43,8 +43,8 @@ class HAClient:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._task, 2)
             self._task = None
 
     async def _run(self) -> None:
@@ -93,6 +93,4 @@ class HAClient:
                     writer.write(encode_report(store.commitlog.max_offset))
                 await writer.drain()
         finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            writer.transport.abort()
