@@ -41,6 +41,14 @@ def test_reports_and_chunks_split_anywhere():
         list(TransferReader(10).feed(encode_transfer_header(0, 11)))
 
 
+def start_slave(st, name: str = "slave", **conf):
+    """A slave of broker-a (brokerId 1), heartbeating its master every 200 ms."""
+    values = dict(brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                  haSendHeartbeatInterval=200)
+    values.update(conf)
+    return st.start_broker(name, **values)
+
+
 class Commit:
     def execute_local_transaction(self, message, arg):
         return LocalTransactionState.COMMIT
@@ -181,8 +189,7 @@ def test_a_slave_finds_its_master_through_the_nameserver(tmp_path):
         st.start_namesrv()
         master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
         st.create_topic("Routed", 1)
-        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
-                                haSendHeartbeatInterval=200)  # no haMasterAddress
+        slave = start_slave(st)  # no haMasterAddress
         assert slave.registration.master_ha_addr == master.ha_server.address
         assert slave.registration.master_addr == master.address
         with Producer("pg", namesrv=st.namesrv) as producer:
@@ -215,8 +222,7 @@ def test_consumers_read_from_the_slave_when_the_master_is_gone(tmp_path):
         st.start_namesrv()
         master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
         st.create_topic("Survives", 2)  # on the master only: the slave copies it
-        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
-                                haSendHeartbeatInterval=200)
+        slave = start_slave(st)
         with Producer("pg", namesrv=st.namesrv) as producer:
             sent = [producer.send(Message("Survives", b"r%d" % i)) for i in range(40)]
         end = master.store.commitlog.max_offset
@@ -258,8 +264,7 @@ def test_a_slave_copies_its_masters_metadata(tmp_path):
     try:
         st.start_namesrv()
         master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
-        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
-                                haSendHeartbeatInterval=200)
+        slave = start_slave(st)
 
         async def change_master():
             master.topics.update(TopicConfig("Copied", 3, 3))
@@ -294,8 +299,7 @@ def test_bad_input_on_the_ha_port_closes_only_that_link(tmp_path):
         st.start_namesrv()
         master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
         st.create_topic("Guarded", 1)
-        slave = st.start_broker("slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
-                                haSendHeartbeatInterval=200,
+        slave = start_slave(st,
                                 haMasterAddress=master.ha_server.address)
         assert wait_for(lambda: len(master.ha_server.connections) == 1, 5)
         port = master.ha_server.port
