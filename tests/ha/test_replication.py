@@ -299,8 +299,7 @@ def test_bad_input_on_the_ha_port_closes_only_that_link(tmp_path):
         st.start_namesrv()
         master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
         st.create_topic("Guarded", 1)
-        slave = start_slave(st,
-                                haMasterAddress=master.ha_server.address)
+        slave = start_slave(st, haMasterAddress=master.ha_server.address)
         assert wait_for(lambda: len(master.ha_server.connections) == 1, 5)
         port = master.ha_server.port
         for hostile in (encode_report(-5), encode_report(1 << 50)):  # negative; beyond the log
