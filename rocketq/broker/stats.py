@@ -213,6 +213,8 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
         "earliestMessageTimeStamp": str(earliest_message_time(store)),
         "commitLogMinOffset": str(commitlog.min_offset),
         "commitLogMaxOffset": str(commitlog.max_offset),
+        # Not in RocketMQ's table (mqadmin ignores keys it does not know): for rocketq admin.
+        "brokerRole": store.config.brokerRole,
         "dispatchBehindBytes": str(commitlog.max_offset - store.reput_offset),
         "remainHowManyDataToFlush": human_bytes(
             max(0, commitlog.max_offset - commitlog.files.flushed_offset)),

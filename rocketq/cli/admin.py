@@ -211,25 +211,33 @@ async def topic_delete(args: argparse.Namespace) -> int:
 async def cluster_list(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         info = await _cluster_info(instance)
-        print(f"{'cluster':<18} {'broker':<16} {'id':>3} {'address':<22} {'version':<16} "
-              f"{'put':>10} {'get':>10}")
+        print(f"{'cluster':<18} {'broker':<16} {'id':>3} {'address':<22} {'role':<13} "
+              f"{'version':<16} {'put':>10} {'get':>10} {'max offset':>14} {'lag':>10}")
         for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
             for name in sorted(names):
                 data = info["brokerAddrTable"].get(name, {})
-                for bid, addr in sorted((int(k), v) for k, v in
-                                        (data.get("brokerAddrs") or {}).items()):
-                    version, put, get = "-", "-", "-"
+                tables: dict[int, dict[str, str]] = {}
+                members = sorted((int(k), v) for k, v in (data.get("brokerAddrs") or {}).items())
+                for bid, addr in members:
                     try:
                         r = await instance.remoting.invoke(addr, RemotingCommand.request(
                             RequestCode.GET_BROKER_RUNTIME_INFO), 3)
-                        table = orjson.loads(r.body).get("table", {})
-                        version = table.get("brokerVersionDesc", "-")
-                        put = table.get("msgPutTotalTodayNow", "-")
-                        get = table.get("msgGetTotalTodayNow", "-")
+                        tables[bid] = orjson.loads(r.body).get("table", {})
                     except Exception:  # a broker that does not answer is still listed
-                        pass
-                    print(f"{cluster:<18} {name:<16} {bid:>3} {addr:<22} {version:<16} "
-                          f"{put:>10} {get:>10}")
+                        tables[bid] = {}
+                master_max = tables.get(0, {}).get("commitLogMaxOffset")
+                for bid, addr in members:
+                    table = tables[bid]
+                    role = table.get("brokerRole", "-")
+                    max_offset = table.get("commitLogMaxOffset", "-")
+                    # A slave's lag: the bytes of its master's CommitLog it does not hold yet.
+                    lag = ("-" if bid == 0 or master_max is None or max_offset == "-"
+                           else str(max(0, int(master_max) - int(max_offset))))
+                    print(f"{cluster:<18} {name:<16} {bid:>3} {addr:<22} {role:<13} "
+                          f"{table.get('brokerVersionDesc', '-'):<16} "
+                          f"{table.get('msgPutTotalTodayNow', '-'):>10} "
+                          f"{table.get('msgGetTotalTodayNow', '-'):>10} {max_offset:>14} "
+                          f"{lag:>10}")
         return 0
     return await _run(args, body)
 

@@ -375,3 +375,27 @@ def test_producers_leave_a_group_whose_master_is_gone_at_once(tmp_path):
         assert elapsed < 10
     finally:
         st.stop()
+
+
+@pytest.mark.slow
+def test_admin_cluster_list_shows_roles_offsets_and_lag(tmp_path, capsys):
+    from rocketq.cli import main
+
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv()
+        master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+        st.create_topic("Listed", 1)
+        slave = start_slave(st, haMasterAddress=master.ha_server.address)
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            producer.send(Message("Listed", b"x"))
+        end = master.store.commitlog.max_offset
+        assert wait_for(lambda: slave.store.commitlog.max_offset == end, 10)
+        capsys.readouterr()
+        assert main(["admin", "--namesrv", st.namesrv, "cluster", "list"]) == 0
+        rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+        by_id = {int(r[2]): r for r in rows}
+        assert by_id[0][4] == "ASYNC_MASTER" and by_id[0][-2] == str(end) and by_id[0][-1] == "-"
+        assert by_id[1][4] == "SLAVE" and by_id[1][-2] == str(end) and by_id[1][-1] == "0"
+    finally:
+        st.stop()
