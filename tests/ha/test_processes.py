@@ -61,3 +61,31 @@ def test_killed_slave_catches_up_and_serves_when_the_master_is_killed(tmp_path):
         stop(slave)
         stop(master)
         stop(ns)
+
+
+@pytest.mark.slow
+def test_a_slave_on_an_empty_disk_catches_up_with_a_master_holding_data(tmp_path):
+    ns_port = free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    ns = start(["namesrv", "--port", str(ns_port)], "listening")
+    ha_port = free_port()
+    master = start(["broker", "-c", broker_conf(tmp_path, "master", namesrv,
+                                                f"haListenPort={ha_port}\n")], "listening")
+    slave = None
+    try:
+        with Producer("pg", namesrv=namesrv) as producer:
+            for i in range(300):
+                producer.send(Message("Before", b"%d-" % i + b"p" * 300))
+        # A new slave with nothing asks from offset 0: the master starts it at its last
+        # CommitLog file (here the only one), as RocketMQ's does.
+        slave = start(["broker", "-c", broker_conf(
+            tmp_path, "slave", namesrv,
+            f"brokerId=1\nbrokerRole=SLAVE\nhaMasterAddress=127.0.0.1:{ha_port}\n")],
+            "listening")
+        assert wait_for(lambda: (tmp_path / "slave" / "commitlog").exists()
+                        and commitlog(tmp_path, "slave") == commitlog(tmp_path, "master"), 20)
+    finally:
+        if slave is not None:
+            stop(slave)
+        stop(master)
+        stop(ns)
