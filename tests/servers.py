@@ -40,7 +40,8 @@ class ServerThread:
 
     def start_broker(self, name: str = "broker-a", **conf) -> Broker:
         values = {"storePathRootDir": str(self.tmp_path / name), "namesrvAddr": self.namesrv,
-                  "listenPort": 0, "brokerName": name, "mappedFileSizeCommitLog": 8 << 20,
+                  "listenPort": 0, "haListenPort": 0, "brokerName": name,
+                  "mappedFileSizeCommitLog": 8 << 20,
                   "maxHashSlotNum": 4096, "maxIndexNum": 16384,
                   "flushIntervalConsumeQueue": 200}
         values.update(conf)

@@ -217,7 +217,8 @@ async def produce(args: argparse.Namespace, namesrv: str, meter: Meter,
 
 async def consume(args: argparse.Namespace, namesrv: str, meter: Meter, deadline: Deadline,
                   since_ms: int | None, idle_stop: float | None,
-                  ready: asyncio.Event | None = None) -> None:
+                  ready: asyncio.Event | None = None,
+                  produced: asyncio.Event | None = None) -> None:
     """Read the topic from its first offset; with ``since_ms``, messages born before it are
     skipped and the others' latency (birth to receipt) is recorded."""
     from ..client.pull import AsyncPullConsumer
@@ -235,7 +236,8 @@ async def consume(args: argparse.Namespace, namesrv: str, meter: Meter, deadline
         while not deadline.over(meter.count):
             messages = await consumer.poll(0.2)
             now = time.time() * 1000
-            if messages:
+            if messages or (produced is not None and not produced.is_set()):
+                # Idle time counts from the last message, and not while still producing.
                 last_message = time.perf_counter()
             elif idle_stop is not None and time.perf_counter() - last_message > idle_stop:
                 break
@@ -304,13 +306,15 @@ async def bench(args: argparse.Namespace, namesrv: str) -> dict[str, Any]:
         meters += [sent, received]
         since = int(time.time() * 1000)
         ready = asyncio.Event()
+        produced = asyncio.Event()
         reporter = asyncio.ensure_future(_report(meters, args.no_progress, stop))
         consumer = asyncio.ensure_future(consume(
             args, namesrv, received, Deadline(count, args.duration and args.duration + 5),
-            since, idle_stop=3.0, ready=ready))
+            since, idle_stop=3.0, ready=ready, produced=produced))
         try:
             await ready.wait()
             await produce(args, namesrv, sent, Deadline(count, args.duration))
+            produced.set()
             await consumer
         finally:
             consumer.cancel()

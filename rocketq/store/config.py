@@ -55,8 +55,9 @@ class MessageStoreConfig:
     listenPort: int = 10911
     #: Replication (RocketMQ's HAService): ASYNC_MASTER, SYNC_MASTER or SLAVE.
     brokerRole: str = ASYNC_MASTER
-    #: Where a master listens for slaves; 0 means ``listenPort + 1``.
-    haListenPort: int = 0
+    #: Where a master listens for slaves: -1 (the default) means ``listenPort + 1`` as in
+    #: RocketMQ, 0 any free port.
+    haListenPort: int = -1
     #: A slave's master (``host:port`` of its HA port); empty: the one the NameServer names.
     haMasterAddress: str = ""
     haTransferBatchSize: int = 32 * 1024
@@ -79,8 +80,8 @@ class MessageStoreConfig:
         if self.brokerRole not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
             raise ValueError(f"brokerRole must be {ASYNC_MASTER}, {SYNC_MASTER} or {SLAVE}, "
                              f"not {self.brokerRole!r}")
-        if self.haListenPort == 0 and self.listenPort:
-            self.haListenPort = self.listenPort + 1
+        if self.haListenPort < 0:
+            self.haListenPort = self.listenPort + 1 if self.listenPort else 0
         for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
                      "maxHashSlotNum", "maxIndexNum"):
             if getattr(self, name) <= 0:

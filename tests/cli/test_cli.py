@@ -25,8 +25,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: haListenPort=0: a master's HA port on any free port, not the one after listenPort (which
+#: another test's client may hold).
 SMALL_FILES = ("mappedFileSizeCommitLog=8388608\nmaxHashSlotNum=4096\nmaxIndexNum=16384\n"
-               "mappedFileSizeConsumeQueue=60000\n")
+               "mappedFileSizeConsumeQueue=60000\nhaListenPort=0\n")
 
 
 def small_conf(directory, extra: str = "") -> str:

@@ -272,8 +272,7 @@ def test_a_slave_copies_its_masters_metadata(tmp_path):
             master.offsets.commit("copied-group", "Copied", 2, 41)
             master.schedule.offsets[3] = 7
 
-        st.call(change_master())
-        assert slave.topics.get("Copied") is None
+        st.call(change_master())  # the slave's own 10 s round may copy it too: either way
         assert st.call(slave.slave_sync.sync_once())
         assert slave.topics.get("Copied").read_queue_nums == 3
         assert slave.subscription_groups.get("copied-group") is not None
