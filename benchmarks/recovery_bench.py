@@ -173,7 +173,7 @@ def restart(root: str, namesrv: str, log_dir: str, run: int) -> dict[str, float]
     conf = os.path.join(log_dir, f"broker-{run}.conf")
     with open(conf, "w") as fh:
         fh.write(f"brokerName=recovery-bench\nnamesrvAddr={namesrv}\nlistenPort={port}\n"
-                 f"storePathRootDir={root}\n")
+                 f"storePathRootDir={root}\nhaListenPort=0\n")
     err = os.path.join(log_dir, f"broker-{run}.err")
     broker = None
     try:

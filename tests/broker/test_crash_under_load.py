@@ -182,7 +182,7 @@ def test_sigkill_under_sync_flush_load_restarts_fast_and_keeps_acknowledged(tmp_
     # No store file sizes: the CommitLog uses its default 1 GiB files.
     conf.write_text(f"brokerClusterName=CrashCluster\nbrokerName=broker-crash\n"
                     f"namesrvAddr={namesrv}\nlistenPort={broker_port}\n"
-                    f"storePathRootDir={store}\nflushDiskType=SYNC_FLUSH\n")
+                    f"storePathRootDir={store}\nflushDiskType=SYNC_FLUSH\nhaListenPort=0\n")
     ns = broker = None
     try:
         ns, ns_out = spawn(["namesrv", "--port", str(ns_port)], tmp_path, "namesrv")
