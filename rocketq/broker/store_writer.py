@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..ha import HAServer
 from ..store import BatchMessage, MessageStore, PutResult, PutStatus, StoreMessage
-from ..store.message_store import mark_flush_timeout, wants_wait
+from ..store.message_store import mark_status
 
 
 class StoreWriter:
@@ -33,24 +33,21 @@ class StoreWriter:
                            ) -> list[PutResult]:
         """Like ``MessageStore.put_messages``, but waits for a SYNC_FLUSH without blocking
         the loop; a wait longer than ``syncFlushTimeout`` reports FLUSH_DISK_TIMEOUT."""
-        appended, durable_at = self.store.append(messages)
-        if durable_at and not await self._durable(durable_at):
-            mark_flush_timeout(appended)
-        replicas = self.replicas
-        if replicas is not None and appended and (
-                wants_wait(messages) if isinstance(messages, BatchMessage)
-                else any(wants_wait(m) for m in messages)):
-            await self._replicated(replicas, appended)
+        appended, wait_at = self.store.append(messages)
+        if wait_at:
+            if self.store.group_commit is not None and not await self._durable(wait_at):
+                mark_status(appended, PutStatus.FLUSH_DISK_TIMEOUT)
+            if self.replicas is not None:
+                await self._replicated(self.replicas, appended, wait_at)
         return appended
 
-    async def _replicated(self, replicas: HAServer, appended: list[PutResult]) -> None:
+    async def _replicated(self, replicas: HAServer, appended: list[PutResult], end: int
+                          ) -> None:
         """SYNC_MASTER (RocketMQ's handleHA): SLAVE_NOT_AVAILABLE at once unless a slave is
-        connected and close enough; else wait for a slave's acknowledgement, sharing it with
-        every send waiting, and FLUSH_SLAVE_TIMEOUT at the deadline."""
-        last = appended[-1]
-        end = last.commitlog_offset + last.size
+        connected and close enough; else wait for a slave's acknowledgement of ``end``,
+        sharing it with every send waiting, and FLUSH_SLAVE_TIMEOUT at the deadline."""
         if not replicas.slave_caught_up(end):
-            mark_flush_timeout(appended, PutStatus.SLAVE_NOT_AVAILABLE)
+            mark_status(appended, PutStatus.SLAVE_NOT_AVAILABLE)
             return
         waiter = replicas.wait_for_slave(end)
         try:
@@ -59,7 +56,7 @@ class StoreWriter:
         except TimeoutError:
             ok = False
         if not ok and appended[0].status is PutStatus.PUT_OK:
-            mark_flush_timeout(appended, PutStatus.FLUSH_SLAVE_TIMEOUT)
+            mark_status(appended, PutStatus.FLUSH_SLAVE_TIMEOUT)
 
     async def put_message(self, message: StoreMessage) -> PutResult:
         return (await self.put_messages((message,)))[0]

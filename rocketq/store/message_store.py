@@ -68,6 +68,10 @@ class MessageStore:
         self.dispatcher = DispatchRunner(self.commitlog, self._dispatcher)
         #: SYNC_FLUSH only: where writers wait for durability.
         self.group_commit: GroupCommit | None = None
+        #: Whether appends report where a writer waits (SYNC_FLUSH or SYNC_MASTER); read once,
+        #: as the append path checks it on every call.
+        self._answers_when_safe = config.answers_when_safe
+        self._slave = config.is_slave
         self._flusher: CommitLogFlusher | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -162,10 +166,10 @@ class MessageStore:
         Raises MessageIllegalError (bad topic, body or properties) or DiskFullError; the store
         stays usable either way.
         """
-        appended, durable_at = self.append(messages)
-        if durable_at and not self.group_commit.wait(durable_at,
-                                                     self.config.syncFlushTimeout / 1000):
-            mark_flush_timeout(appended)
+        appended, wait_at = self.append(messages)
+        if wait_at and self.group_commit is not None and not self.group_commit.wait(
+                wait_at, self.config.syncFlushTimeout / 1000):
+            mark_status(appended, PutStatus.FLUSH_DISK_TIMEOUT)
         return appended
 
     def put_message(self, message: StoreMessage) -> PutResult:
@@ -174,20 +178,21 @@ class MessageStore:
 
     def append(self, messages: Sequence[StoreMessage] | BatchMessage
                ) -> tuple[list[PutResult], int]:
-        """Append without waiting for the disk; also return the offset a SYNC_FLUSH writer
-        must see durable (``group_commit.flushed``) before it answers (0: no wait). For
-        writers that wait their own way, such as an event loop."""
+        """Append without waiting; also return the end offset a writer must see durable
+        (SYNC_FLUSH, ``group_commit``) or replicated (SYNC_MASTER) before it answers: 0 when
+        neither applies or every message says ``WAIT=false``. For writers that wait their own
+        way, such as an event loop."""
         if not self.running:
             raise StoreClosedError("the message store is closed")
-        if self.config.is_slave:
+        if self._slave:
             raise SlaveNotWritableError(
                 "this broker is a slave: it takes messages only from its master")
         if isinstance(messages, BatchMessage):
             appended = self.commitlog.append_batch(messages)
-            waits = self.group_commit is not None and wants_wait(messages)
+            waits = self._answers_when_safe and wants_wait(messages)
         else:
             appended = self.commitlog.append(messages)
-            waits = self.group_commit is not None and any(wants_wait(m) for m in messages)
+            waits = self._answers_when_safe and any(wants_wait(m) for m in messages)
         if not waits or not appended:
             return appended, 0
         last = appended[-1]
@@ -395,9 +400,8 @@ class MessageStore:
         return deleted
 
 
-def mark_flush_timeout(results: list[PutResult],
-                       status: PutStatus = PutStatus.FLUSH_DISK_TIMEOUT) -> None:
-    """Report appends whose SYNC_FLUSH (or SYNC_MASTER) wait failed; they are stored all the
+def mark_status(results: list[PutResult], status: PutStatus) -> None:
+    """Report appends whose SYNC_FLUSH or SYNC_MASTER wait failed; they are stored all the
     same."""
     for r in results:
         r.status = status
