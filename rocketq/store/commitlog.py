@@ -20,7 +20,6 @@ from ..protocol import (
     SysFlag,
     encode_properties,
     validate_topic,
-    walk_records,
 )
 from ..protocol.message import (
     BLANK_MAGIC,
@@ -434,47 +433,3 @@ class CommitLog:
         for cb in self.on_append:
             cb(base)
         return results
-
-    # ------------------------------------------------------------------ scanning
-    def scan(self, offset: int, end: int | None = None, *, limit: int = 4096,
-             validate: bool = False) -> tuple[list[tuple[int, memoryview]], int, bool]:
-        """Read up to ``limit`` records from ``offset`` (a record boundary) towards ``end``.
-
-        Returns ``(records, next_offset, stopped_bad)``: each record as ``(offset, view)``,
-        the offset to continue from (blank fillers are stepped over into the next file), and
-        whether reading stopped at bytes that are not a sound record (checked by
-        ``protocol.message.walk_records``). With ``validate`` the body CRC is checked too
-        (recovery uses it to find a torn tail).
-        """
-        size_of_file = self.config.mappedFileSizeCommitLog
-        out: list[tuple[int, memoryview]] = []
-        while len(out) < limit:
-            if end is not None and offset >= end:
-                return out, offset, False
-            f = self.files.find(offset)
-            if f is None:
-                return out, offset, False
-            base = f.from_offset
-            stop = f.wrote_position if end is None else min(f.wrote_position, end - base)
-            view = f.view
-            nxt = offset - base  # where the next record starts
-            try:
-                for at, fields, _t, _tl, _p in walk_records(view, nxt, stop, check_crc=validate):
-                    nxt = at + fields[0]
-                    out.append((base + at, view[at:nxt]))
-                    if len(out) >= limit:
-                        return out, base + nxt, False
-            except MessageFormatError:
-                if nxt + 8 > stop:
-                    return out, base + nxt, True
-                size, magic = _BLANK.unpack_from(view, nxt)
-                if magic == BLANK_MAGIC and size > 0 and nxt + size == size_of_file:
-                    nxt = size_of_file  # the filler that closes a file: go on in the next
-                elif size == 0 and magic == 0:
-                    return out, base + nxt, False  # zeros: the end of what was written
-                else:
-                    return out, base + nxt, True
-            offset = base + nxt
-            if nxt < size_of_file:
-                return out, offset, False
-        return out, offset, False

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rocketq.protocol.message import MessageRecord, encode_record
+from rocketq.protocol.message import MessageFormatError, MessageRecord, encode_record
 from rocketq.store import MessageStore, StoreMessage
 from rocketq.store.checkpoint import Checkpoint
 
@@ -37,13 +37,23 @@ def read_all(store, topic, queue_id):
 
 
 def assert_commitlog_sound(store):
-    offset = store.commitlog.min_offset
-    while True:
-        records, offset, bad = store.commitlog.scan(offset, validate=True)
-        assert not bad, f"unsound record at {offset}"
-        if not records:
-            break
-    assert offset == store.commitlog.max_offset
+    """Every file holds whole, CRC-checked records up to its end (a full file may close with
+    the blank filler), and the last one ends exactly at the CommitLog's max offset."""
+    from rocketq.protocol.message import BLANK_MAGIC, SIZE_AND_MAGIC, walk_records
+
+    files = store.commitlog.files.files
+    for f in files:
+        end = 0
+        try:
+            for pos, fields, *_ in walk_records(f.view, 0, f.wrote_position, check_crc=True):
+                end = pos + fields[0]
+        except MessageFormatError:
+            size, magic = SIZE_AND_MAGIC.unpack_from(f.view, end)
+            assert magic == BLANK_MAGIC and end + size == f.file_size, (
+                f"unsound record at {f.from_offset + end}")
+            end = f.file_size
+        assert end == f.wrote_position, f"records end at {end}, not {f.wrote_position}"
+    assert files[-1].from_offset + files[-1].wrote_position == store.commitlog.max_offset
 
 
 def test_clean_restart_keeps_everything_and_is_fast(config):
