@@ -83,3 +83,19 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def fetch_route(namesrv: str, topic: str):
+    """The topic's route as a NameServer answers it now (None when it has none), asked on a
+    fresh client from the test's own thread."""
+    from rocketq.client.instance import ClientInstance
+    from rocketq.remoting import run
+
+    async def ask():
+        instance = ClientInstance(namesrv)
+        try:
+            return await instance.fetch_route(topic)
+        finally:
+            await instance.remoting.close()
+
+    return run(ask())

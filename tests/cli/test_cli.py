@@ -14,7 +14,7 @@ import pytest
 from rocketq import Message, Producer, PullConsumer
 from rocketq.cli import main
 
-from ..conftest import wait_for
+from ..conftest import fetch_route, wait_for
 
 ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
 
@@ -135,17 +135,7 @@ def test_broker_killed_with_sigkill_leaves_routes_and_recovers(tmp_path):
         broker.wait(10)
         # The NameServer drops the dead broker (its connection closed; the 120 s expiry
         # would drop it too).
-        from rocketq.client.instance import ClientInstance
-        from rocketq.remoting import run
-
-        async def route():
-            instance = ClientInstance(namesrv)
-            try:
-                return await instance.fetch_route("Survive")
-            finally:
-                await instance.remoting.close()
-
-        assert wait_for(lambda: run(route()) is None, 10)
+        assert wait_for(lambda: fetch_route(namesrv, "Survive") is None, 10)
         broker = start(["broker", "-c", str(conf)], "listening")
         assert (tmp_path / "store" / "abort").exists()
         with PullConsumer("pc", namesrv=namesrv, from_where="first") as consumer:
