@@ -22,11 +22,11 @@ from .clients import ClientTable
 from .config import BrokerConfig
 from .offsets import ConsumerOffsets
 from .stats import Stats
-from .subscription_groups import SubscriptionGroupTable
+from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupTable
 from .topics import TopicTable
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
+    from ..store import GetResult, MessageStore
 
 MAX_SUSPEND_SECONDS = 60.0
 
@@ -186,7 +186,8 @@ class PullProcessor:
         if status is GetStatus.FOUND:
             self.stats.get(result.message_count)
             response = cmd.response(ResponseCode.SUCCESS, {
-                "suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
+                "suggestWhichBrokerId": self._suggest(group_config, result),
+                "nextBeginOffset": result.next_begin_offset,
                 "minOffset": result.min_offset, "maxOffset": result.max_offset},
                 remark="FOUND")
             response.body_parts = result.buffers
@@ -201,9 +202,21 @@ class PullProcessor:
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sysflag & PullSysFlag.SUSPEND:
             return None
         return cmd.response(code, {
-            "suggestWhichBrokerId": 0, "nextBeginOffset": next_offset,
+            "suggestWhichBrokerId": self._suggest(group_config, result),
+            "nextBeginOffset": next_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset},
             remark=status.value)
+
+    def _suggest(self, group: SubscriptionGroupConfig, result: GetResult) -> int:
+        """Which broker of the group the consumer should pull from next, by RocketMQ's rule:
+        the master unless ``slaveReadEnable``; with it, the group's
+        ``whichBrokerWhenConsumeSlowly`` when the store says the reader is too far behind for
+        its data to be in memory, else the group's ``brokerId``."""
+        if not self.config.slaveReadEnable:
+            return 0
+        if result.suggest_slave:
+            return group.which_broker_when_consume_slowly
+        return group.broker_id
 
     # ------------------------------------------------------------------ long polling
     async def _hold(self, cmd: RemotingCommand) -> RemotingCommand:

@@ -64,6 +64,9 @@ class MessageStoreConfig:
     haSlaveFallbehindMax: int = 256 * 1024 * 1024
     haSendHeartbeatInterval: int = 5000  # ms
     haHousekeepingInterval: int = 20_000  # ms of silence before an HA link is closed
+    #: A pull reading further than this share (percent) of physical memory behind the
+    #: CommitLog's end is told to read from a slave (when ``slaveReadEnable``), as RocketMQ's.
+    accessMessageInMemoryMaxRatio: int = 40
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -66,6 +66,8 @@ class MessageStore:
             self.commitlog, self.index if config.messageIndexEnable else None,
             self.queues.get_or_create, config.delay_levels_ms)
         self.dispatcher = DispatchRunner(self.commitlog, self._dispatcher)
+        #: CommitLog bytes a reader may lag behind the end before the store suggests a slave.
+        self.memory_budget = physical_memory() * config.accessMessageInMemoryMaxRatio // 100
         #: SYNC_FLUSH only: where writers wait for durability.
         self.group_commit: GroupCommit | None = None
         #: Whether appends report where a writer waits (SYNC_FLUSH or SYNC_MASTER); read once,
@@ -267,10 +269,12 @@ class MessageStore:
                      max_bytes: int | None = None) -> GetResult:
         """Read up to ``max_count`` messages of a queue from logical ``offset``; see
         ``reads.get_messages``."""
-        return get_messages(
+        result = get_messages(
             self.queues.get(topic, queue_id), self.commitlog, offset, max_count, tag_codes,
             record_filter,
             self.config.maxTransferBytesOnMessageInMemory if max_bytes is None else max_bytes)
+        result.suggest_slave = result.behind > self.memory_budget
+        return result
 
     def look_message_by_offset(self, commitlog_offset: int) -> MessageRecord | None:
         """Decode the record at a CommitLog offset, or None if there is none."""
@@ -398,6 +402,14 @@ class MessageStore:
                                       now=now, manual=manual)
         self.last_clean_time = now
         return deleted
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (RocketMQ's TOTAL_PHYSICAL_MEMORY_SIZE)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX sysconf: assume 8 GiB
+        return 8 << 30
 
 
 def mark_status(results: list[PutResult], status: PutStatus) -> None:

@@ -40,6 +40,12 @@ class GetResult:
     min_offset: int
     max_offset: int
     buffers: list[memoryview] = field(default_factory=list)
+    #: CommitLog bytes between the last unit read and the log's end: how far behind the
+    #: reader is (RocketMQ's ``maxOffsetPy - maxPhyOffsetPulling``).
+    behind: int = 0
+    #: The store's advice that the reader is so far behind that the data is out of memory,
+    #: and a slave should serve it (RocketMQ's ``suggestPullingFromSlave``).
+    suggest_slave: bool = False
 
     @property
     def message_count(self) -> int:
@@ -105,10 +111,12 @@ def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max
     next_offset = offset
     removed = False
     buffers = result.buffers
+    last_phys = -1
     for phys, size, code in UNIT.iter_unpack(units):
         if len(buffers) >= max_count or (buffers and total + size > max_bytes):
             break
         next_offset += 1
+        last_phys = phys
         if size <= 0:
             continue
         if phys < commitlog_min:
@@ -129,6 +137,8 @@ def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max
         total += size
     units.release()
     result.next_begin_offset = next_offset
+    if last_phys >= 0:
+        result.behind = max(0, commitlog.max_offset - last_phys)
     if buffers:
         result.status = GetStatus.FOUND
     elif removed:

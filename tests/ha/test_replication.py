@@ -336,3 +336,57 @@ def test_admin_cluster_list_shows_roles_offsets_and_lag(st, capsys):
     by_id = {int(r[2]): r for r in rows}
     assert by_id[0][4] == "ASYNC_MASTER" and by_id[0][-2] == str(end) and by_id[0][-1] == "-"
     assert by_id[1][4] == "SLAVE" and by_id[1][-2] == str(end) and by_id[1][-1] == "0"
+
+
+def pull_once(st, addr: str, topic: str, offset: int = 0, group: str = "cg"):
+    from rocketq.protocol import RemotingCommand, RequestCode
+    from rocketq.remoting import RemotingClient
+
+    async def go():
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, RemotingCommand.request(
+                RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": group, "topic": topic, "queueId": 0,
+                    "queueOffset": offset, "maxMsgNums": 4, "sysFlag": 4, "subscription": "*",
+                    "commitOffset": 0, "suspendTimeoutMillis": 0, "subVersion": 0}), 5)
+        finally:
+            await client.close()
+    return st.call(go())
+
+
+@pytest.mark.slow
+def test_pull_answers_suggest_a_broker_by_rocketmqs_rule(st):
+    from rocketq import MessageQueue
+    from rocketq.broker.subscription_groups import SubscriptionGroupConfig
+
+    plain = st.start_broker("broker-a")
+    # Every byte counts as "out of memory" with a ratio of 0: a reader is always too slow.
+    slow = st.start_broker("broker-b", slaveReadEnable=True, accessMessageInMemoryMaxRatio=0)
+    roomy = st.start_broker("broker-c", slaveReadEnable=True)
+    st.create_topic("Suggest", 1)
+    with Producer("pg", namesrv=st.namesrv) as producer:
+        for broker in (plain, slow, roomy):
+            for i in range(8):
+                producer.send(Message("Suggest", b"s%d" % i),
+                              queue=MessageQueue("Suggest", broker.config.brokerName, 0))
+
+    def suggested(broker, group="cg"):
+        answer = pull_once(st, broker.address, "Suggest", group=group)
+        assert answer.code == ResponseCode.SUCCESS
+        return int(answer.ext_fields["suggestWhichBrokerId"])
+
+    assert suggested(plain) == 0  # no slaveReadEnable: always the master
+    assert suggested(slow) == 1   # too far behind: the group's whichBrokerWhenConsumeSlowly
+    assert suggested(roomy) == 0  # in memory: the group's brokerId
+
+    async def configure():
+        for broker in (slow, roomy):
+            broker.subscription_groups.update(SubscriptionGroupConfig(
+                "tuned", broker_id=2, which_broker_when_consume_slowly=3))
+    st.call(configure())
+    assert suggested(slow, "tuned") == 3
+    assert suggested(roomy, "tuned") == 2
+    behind = slow.store.get_messages("Suggest", 0, 0, 1)
+    assert behind.behind == slow.store.commitlog.max_offset and behind.suggest_slave
+    behind.release()
