@@ -23,7 +23,7 @@ from .config import BrokerConfig
 from .offsets import ConsumerOffsets
 from .stats import Stats
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupTable
-from .topics import TopicTable
+from .topics import TopicConfig, TopicTable
 
 if TYPE_CHECKING:
     from ..store import GetResult, MessageStore
@@ -116,6 +116,8 @@ class PullProcessor:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"subscription group no permission, {group}")
         topic_config = self.topics.get(topic)
+        if topic_config is None and self.slave_serves is not None:
+            topic_config = self._learn_topic(topic)
         if topic_config is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"topic[{topic}] not exist, apply first please!")
@@ -206,6 +208,21 @@ class PullProcessor:
             "nextBeginOffset": next_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset},
             remark=status.value)
+
+    def _learn_topic(self, topic: str) -> TopicConfig | None:
+        """A slave's topic that its master created after the last metadata copy: the
+        replicated log has its queues, so the slave serves them now rather than up to 10 s
+        later (the next copy brings the master's exact config)."""
+        queue_ids = self.store.queues.queue_ids(topic)
+        if not queue_ids:
+            return None
+        count = max(queue_ids) + 1
+        config = TopicConfig(topic, count, count)
+        try:
+            self.topics.update(config)
+        except (OSError, ValueError):  # not saved or not a legal name: serve it unsaved
+            pass
+        return config
 
     def _suggest(self, group: SubscriptionGroupConfig, result: GetResult) -> int:
         """Which broker of the group the consumer should pull from next, by RocketMQ's rule:
