@@ -5,10 +5,11 @@ slave trails its master under that load, measured in one run on this machine.
     python benchmarks/ha_bench.py            # a table
     python benchmarks/ha_bench.py --json     # one JSON object
 
-Each setup is ``rocketq standalone [--slaves N] [--sync-master]`` in its own process (brokers
-on loopback, ASYNC_FLUSH, data in a temporary directory); the producer runs here on rocketq's
-asyncio client with 128-byte messages and ``--window`` sends in flight. The setups take turns
-``--repeat`` times and each figure is the median, with the spread.
+Each setup runs a NameServer and every broker in its own ``rocketq`` process, as they are
+deployed (loopback, ASYNC_FLUSH, data in a temporary directory); the producer runs here on
+rocketq's asyncio client with 128-byte messages and ``--window`` sends in flight. The setups
+take turns ``--repeat`` times and each figure is the median, with the spread, and the CPU
+cores the producer, the master and the slaves used.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -29,14 +31,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_bench import BODY, create_topic, percentile  # noqa: E402
 
 from rocketq.aio import Message, Producer  # noqa: E402
-from rocketq.cli import spawn_standalone  # noqa: E402
 from rocketq.remoting import run  # noqa: E402
 
+#: setup: (slaves, the master's brokerRole)
 SETUPS = {
-    "single": [],
-    "async_master": ["--slaves", "1"],
-    "sync_master": ["--slaves", "1", "--sync-master"],
-    "sync_master_2_slaves": ["--slaves", "2", "--sync-master"],
+    "single": (0, "ASYNC_MASTER"),
+    "async_master": (1, "ASYNC_MASTER"),
+    "sync_master": (1, "SYNC_MASTER"),
+    "sync_master_2_slaves": (2, "SYNC_MASTER"),
 }
 
 
@@ -60,12 +62,17 @@ async def max_offset(client, addr: str) -> int:
     return int(json.loads(r.body)["table"]["commitLogMaxOffset"])
 
 
-async def measure(namesrv: str, count: int, window: int) -> dict[str, float]:
+async def measure(namesrv: str, count: int, window: int, slaves: int) -> dict[str, float]:
     from rocketq.remoting import RemotingClient
 
     topic = "BenchHA"
     await create_topic(namesrv, topic, 8)
     addrs = await broker_addrs(namesrv, topic)
+    for _ in range(100):  # every slave registered (and so connected to its master)
+        if len(addrs) == slaves + 1:
+            break
+        await asyncio.sleep(0.1)
+        addrs = await broker_addrs(namesrv, topic)
     latencies: list[float] = []
     lags: list[int] = []
     done = asyncio.Event()
@@ -83,6 +90,10 @@ async def measure(namesrv: str, count: int, window: int) -> dict[str, float]:
     async with Producer("bench-ha", namesrv=namesrv) as producer:
         for _ in range(100):  # warm up connections and routes
             await producer.send(Message(topic, BODY))
+        for _ in range(200):  # a SYNC_MASTER answers SEND_OK once its slave is linked
+            if (await producer.send(Message(topic, BODY))).status.name == "SEND_OK":
+                break
+            await asyncio.sleep(0.05)
         per_worker = max(1, count // window)
 
         async def worker() -> None:
@@ -104,22 +115,82 @@ async def measure(namesrv: str, count: int, window: int) -> dict[str, float]:
             "lag_p99": percentile(lags, 0.99) if lags else 0.0}
 
 
+def spawn(args: list[str], directory: str, name: str) -> subprocess.Popen[str]:
+    """Start ``rocketq <args>`` in its own process and wait until it listens; its log goes to
+    a file so a full pipe can never stall it."""
+    log = open(os.path.join(directory, f"{name}.log"), "w")  # noqa: SIM115 (closed with it)
+    proc = subprocess.Popen([sys.executable, "-m", "rocketq.cli", "--log-level", "WARNING",
+                             *args], stdout=subprocess.PIPE, stderr=log, text=True)
+    log.close()
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "listening" in line:
+            return proc
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"rocketq {' '.join(args)} did not start; see {name}.log")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one(setup: str, count: int, window: int) -> dict[str, float]:
+    """One run of a setup: a NameServer, a master and its slaves, each in its own process, as
+    they would be deployed (on this machine they share its cores with the producer)."""
+    slaves, role = SETUPS[setup]
     directory = tempfile.mkdtemp(prefix="rocketq-ha-bench-")
-    conf = os.path.join(directory, "broker.conf")
-    with open(conf, "w") as fh:
-        fh.write("maxHashSlotNum=500000\nmaxIndexNum=2000000\n")
-    proc, namesrv = spawn_standalone(os.path.join(directory, "data"), flush="async",
-                                     config=conf, extra=SETUPS[setup])
+    procs: list[subprocess.Popen[str]] = []
     try:
-        return run(measure(namesrv, count, window))
+        ns_port = free_port()
+        namesrv = f"127.0.0.1:{ns_port}"
+        procs.append(spawn(["namesrv", "--port", str(ns_port)], directory, "namesrv"))
+        ha_port = free_port()
+        for broker_id in range(slaves + 1):
+            conf = os.path.join(directory, f"broker-{broker_id}.conf")
+            with open(conf, "w") as fh:
+                fh.write(f"brokerName=broker-a\nbrokerId={broker_id}\nnamesrvAddr={namesrv}\n"
+                         f"listenPort={free_port()}\nflushDiskType=ASYNC_FLUSH\n"
+                         f"storePathRootDir={os.path.join(directory, str(broker_id))}\n"
+                         "maxHashSlotNum=500000\nmaxIndexNum=2000000\n")
+                if broker_id == 0:
+                    fh.write(f"brokerRole={role}\nhaListenPort={ha_port}\n")
+                else:
+                    fh.write(f"brokerRole=SLAVE\nhaListenPort=0\n"
+                             f"haMasterAddress=127.0.0.1:{ha_port}\n")
+            procs.append(spawn(["broker", "-c", conf], directory, f"broker-{broker_id}"))
+        brokers = procs[1:]
+        cpu_before = [cpu_seconds(p.pid) for p in brokers]
+        own_before = time.process_time()
+        began = time.perf_counter()
+        result = run(measure(namesrv, count, window, slaves))
+        elapsed = time.perf_counter() - began
+        result["producer_cores"] = (time.process_time() - own_before) / elapsed
+        used = [cpu_seconds(p.pid) - b for p, b in zip(brokers, cpu_before, strict=True)]
+        result["master_cores"] = used[0] / elapsed
+        result["slave_cores"] = sum(used[1:]) / elapsed
+        return result
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # never leave a broker behind
-            proc.wait()
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # never leave a broker behind
+                proc.wait()
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -147,19 +218,26 @@ def main(argv: list[str] | None = None) -> int:
                                                  if n != "single"))
     out["sync_master_vs_single"] = round(out["sync_master_pipelined_msgs_s"]
                                          / out["single_pipelined_msgs_s"], 2)
+    out["sync_master_vs_async_master"] = round(out["sync_master_pipelined_msgs_s"]
+                                               / out["async_master_pipelined_msgs_s"], 2)
+    for name in SETUPS:
+        for who in ("producer", "master", "slave"):
+            out[f"{name}_{who}_cores"] = round(med(name, f"{who}_cores"), 2)
     if args.json:
         print(json.dumps(out))
         return 0
     print(f"rocketq replication, {args.count:,} x 128-byte messages per run, window "
           f"{args.window}, {args.repeat} runs in turns, {os.cpu_count()} cores")
     print(f"{'setup':24} {'msgs/s median [min-max]':>30} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'slave lag p99 (bytes)':>22}")
+          f"{'slave lag p99 (bytes)':>22} {'cores: producer/master/slaves':>30}")
     for name in SETUPS:
         rates = [r["msgs_s"] for r in runs[name]]
         print(f"{name:24} {med(name, 'msgs_s'):>12,.0f} [{min(rates):,.0f}-{max(rates):,.0f}]"
               f" {med(name, 'p50_ms'):>8.2f} {med(name, 'p99_ms'):>8.2f} "
-              f"{med(name, 'lag_p99'):>22,.0f}")
-    print(f"SYNC_MASTER / single: {out['sync_master_vs_single']} (target at least 0.7)")
+              f"{med(name, 'lag_p99'):>22,.0f} {med(name, 'producer_cores'):>20.2f}/"
+              f"{med(name, 'master_cores'):.2f}/{med(name, 'slave_cores'):.2f}")
+    print(f"SYNC_MASTER / single: {out['sync_master_vs_single']} (target at least 0.7); "
+          f"SYNC_MASTER / ASYNC_MASTER: {out['sync_master_vs_async_master']}")
     return 0
 
 
