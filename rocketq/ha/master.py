@@ -128,8 +128,8 @@ class HAConnection(asyncio.Protocol):
                     pass
                 continue
             size = len(chunk)
-            transport.write(encode_transfer_header(position, size))
-            transport.write(chunk.tobytes())
+            # One write (one send call) per chunk: the header and the bytes together.
+            transport.write(b"".join((encode_transfer_header(position, size), chunk)))
             chunk.release()
             position += size
             last_write = time.monotonic()
