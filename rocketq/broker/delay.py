@@ -11,6 +11,7 @@ restart nothing is delivered twice and nothing is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -125,10 +126,9 @@ class DelayDelivery:
             next_due = await self.deliver_due()
             timeout = 0.1 if next_due is None else max(0.0, min(0.1, next_due - time.time()))
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     async def deliver_due(self) -> float | None:
         """Re-put every due message; return when the next one falls due (epoch seconds)."""

@@ -8,6 +8,7 @@ of a found answer is the CommitLog's record bytes, handed to the transport as me
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -252,10 +253,9 @@ class PullProcessor:
         try:
             # A unit may have landed between the read and the registration above.
             if self.store.get_max_offset(*key) <= offset:
-                try:
-                    await asyncio.wait_for(fut, timeout)
-                except TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await fut
         finally:
             waiters = self.waiting.get(key)
             if waiters is not None:

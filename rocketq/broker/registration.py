@@ -56,8 +56,8 @@ class Registration:
         while True:
             with contextlib.suppress(TimeoutError):
                 # Read on each round: UPDATE_BROKER_CONFIG may change the period.
-                await asyncio.wait_for(self._soon.wait(),
-                                       self.config.registerNameServerPeriod / 1000)
+                async with asyncio.timeout(self.config.registerNameServerPeriod / 1000):
+                    await self._soon.wait()
             self._soon.clear()
             await self.register_all()
 

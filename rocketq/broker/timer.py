@@ -13,6 +13,7 @@ from __future__ import annotations
 import array
 import asyncio
 import base64
+import contextlib
 import heapq
 import logging
 import os
@@ -154,10 +155,9 @@ class TimerWheel:
             self.load_new()
             await self.deliver_due()
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), 0.1)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await self._wake.wait()
 
     async def deliver_due(self, now_ms: int | None = None) -> int:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -254,10 +255,9 @@ async def consume(args: argparse.Namespace, namesrv: str, meter: Meter, deadline
 async def _report(meters: list[Meter], quiet: bool, stop: asyncio.Event) -> None:
     last = time.perf_counter()
     while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), 1.0)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await stop.wait()
         now = time.perf_counter()
         if not quiet and not stop.is_set():
             for meter in meters:

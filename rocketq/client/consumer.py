@@ -189,7 +189,8 @@ class GroupConsumer:
             except Exception:
                 log.exception("rebalance of group %s failed", self.group)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)
+                async with asyncio.timeout(self.rebalance_interval):
+                    await self._rebalance_now.wait()
             self._rebalance_now.clear()
 
     async def rebalance(self) -> None:

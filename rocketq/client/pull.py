@@ -192,7 +192,10 @@ class AsyncPullConsumer(GroupConsumer):
             if remaining <= 0:
                 return out
             try:
-                item = await asyncio.wait_for(self._buffer.get(), remaining)
+                # Not wait_for: on Python 3.11 it can take an item and still time out,
+                # losing it; asyncio.timeout cancels the get cleanly.
+                async with asyncio.timeout(remaining):
+                    item = await self._buffer.get()
             except TimeoutError:
                 return out
             self._take(item, out)

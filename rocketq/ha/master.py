@@ -122,10 +122,9 @@ class HAConnection(asyncio.Protocol):
                                f"{config.haHousekeepingInterval / 1000:.0f} s")
                     return
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), heartbeat)
-                except TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(heartbeat):
+                        await self._wake.wait()
                 continue
             size = len(chunk)
             # One write (one send call) per chunk: the header and the bytes together.
@@ -172,7 +171,8 @@ class HAServer:
         if self._server is not None:
             # Bounded: some event loops wait here for every connection to be gone.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
             self._server = None
         for _, fut in self._ack_waiters:
             if not fut.done():

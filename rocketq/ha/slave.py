@@ -11,7 +11,6 @@ master is away.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -43,8 +42,8 @@ class HAClient:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._task, 2)
+            # Bounded, and without wait_for: it would wait on for a task that does not end.
+            await asyncio.wait({self._task}, timeout=2)
             self._task = None
 
     async def _run(self) -> None:
@@ -74,7 +73,10 @@ class HAClient:
                      store.commitlog.max_offset)
             while True:
                 try:
-                    data = await asyncio.wait_for(reader.read(1 << 16), min(heartbeat, silence))
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                    # cancellation that meets a read completing, and the link never stops.
+                    async with asyncio.timeout(min(heartbeat, silence)):
+                        data = await reader.read(1 << 16)
                 except TimeoutError:
                     writer.write(encode_report(store.commitlog.max_offset))
                     continue

@@ -47,13 +47,24 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-async def cancel_tasks(tasks: list[asyncio.Task[Any]]) -> None:
-    """Cancel background tasks and wait until each has ended."""
+async def cancel_tasks(tasks: list[asyncio.Task[Any]], timeout: float = 5.0) -> None:
+    """Cancel background tasks and wait until each has ended, cancelling again any that
+    carried on (a cancellation can be lost inside a library call), for at most ``timeout``
+    seconds in all: stopping must not hang on one task."""
+    pending = {t for t in tasks if not t.done()}
+    deadline = asyncio.get_running_loop().time() + timeout
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            log.warning("%d task(s) did not end when cancelled: %s", len(pending),
+                        ", ".join(t.get_name() for t in pending))
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(0.5, left))
     for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.warning("task %s had failed: %r", task.get_name(), task.exception())
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

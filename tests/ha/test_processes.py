@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import threading
+import time
 
 import pytest
 
@@ -266,3 +268,53 @@ def test_sync_master_sync_flush_acks_survive_the_masters_disk(cluster, tmp_path)
     got = read_all(c.namesrv, "reader", "Durable", len(before) + 1)
     missing = set(before) - {m.msg_id for m in got}
     assert not missing, f"{len(missing)} acknowledged sends are not on the slave"
+
+
+def stop_under_load(data, conf) -> None:
+    """Start a SYNC_MASTER with a slave, keep 256 sends in flight, SIGTERM it: it exits."""
+    from rocketq.cli import spawn_standalone
+
+    proc, namesrv = spawn_standalone(str(data), config=str(conf),
+                                     extra=["--slaves", "1", "--sync-master"])
+    halt = threading.Event()
+    window = threading.Semaphore(256)
+    answered = []
+    try:
+        with Producer("pg", namesrv=namesrv, send_timeout=2, retries=0) as producer:
+            producer.send(Message("Load", b"first"))
+
+            def load() -> None:  # sends in flight until halted (bounded: 100k, 30 s)
+                ends = time.monotonic() + 30
+                for _ in range(100_000):
+                    if halt.is_set() or time.monotonic() > ends:
+                        return
+                    window.acquire()
+                    future = producer.send_async(Message("Load", b"x" * 128))
+                    future.add_done_callback(lambda f: (answered.append(1), window.release()))
+
+            loader = threading.Thread(target=load)
+            loader.start()
+            try:
+                assert wait_for(lambda: len(answered) >= 2000, 20)
+                proc.terminate()  # with sends in flight on the broker and the HA link
+                try:
+                    assert proc.wait(20) == 0
+                except subprocess.TimeoutExpired:
+                    pytest.fail("no exit 20 s after SIGTERM")
+            finally:
+                halt.set()
+                for _ in range(256):  # let a loader blocked on the window go
+                    window.release()
+                loader.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_a_master_and_slave_stop_promptly_on_sigterm_under_load(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(SMALL_FILES)
+    for round_ in range(3):
+        stop_under_load(tmp_path / f"data-{round_}", conf)
