@@ -19,6 +19,7 @@ ALLOWED = {
     "client": {"protocol", "remoting"},
     "ha": {"protocol", "store"},
     "broker": {"protocol", "remoting", "store", "ha"},
+    "controller": {"protocol", "remoting"},
 }
 
 

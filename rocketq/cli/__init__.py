@@ -64,6 +64,23 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
     await ns.stop()
 
 
+async def _run_controller(args: argparse.Namespace) -> None:
+    from ..controller import Controller, RaftEngine
+
+    stop = _stop_on_signal()
+    addr = f"{args.host}:{args.port}"
+    peers = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
+    if peers and addr not in peers:
+        raise ValueError(f"--peers must list this controller's own address {addr}")
+    controller = Controller(RaftEngine(addr, peers or [addr], args.data_dir), args.host,
+                            args.port)
+    await controller.start()
+    print(f"Controller listening on {controller.address} (Raft peers: "
+          f"{', '.join(peers) or 'none'})", flush=True)
+    await stop.wait()
+    await controller.stop()
+
+
 async def _run_broker(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
 
@@ -158,6 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=9876)
     p.set_defaults(func=_run_namesrv)
+
+    p = sub.add_parser("controller", help="run a controller node (automatic failover)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=9878,
+                   help="request port (default 9878); Raft uses the next one")
+    p.add_argument("--peers", help="every controller node's host:port, ','-separated, this "
+                                   "one included (default: this node alone)")
+    p.add_argument("--data-dir", help="keep the Raft journal here (default: in memory)")
+    p.set_defaults(func=_run_controller)
 
     def broker_options(p: argparse.ArgumentParser, standalone: bool) -> None:
         p.add_argument("-c", "--config", help="a RocketMQ-style broker.conf")

@@ -1,0 +1,323 @@
+"""The controller node: RocketMQ 5's controller requests over the remoting protocol, broker
+liveness, and the election loop, on top of a consensus engine.
+
+Brokers heartbeat every controller node (BROKER_HEARTBEAT 904); each node keeps its own
+liveness table. Only the engine's leader decides: it renews the master's lease on the
+master's heartbeat, and when a master has gone silent and its lease has run out, it elects a
+new one from the live SyncStateSet and tells the group's brokers (NOTIFY_BROKER_ROLE_CHANGED
+1008). Any node answers reads; a node that is not the leader answers a change with
+CONTROLLER_NOT_LEADER, naming the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
+from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
+from .engine import Engine, EngineError
+from .state import Group, Live, choose_master
+
+log = logging.getLogger("rocketq.controller")
+
+
+@dataclass
+class ControllerConfig:
+    """The controller's settings (RocketMQ's ControllerConfig keys, and the lease)."""
+
+    #: How often the leader looks for masters that are gone (ms).
+    scanNotActiveBrokerInterval: int = 200
+    #: Elect from every live member, not only the SyncStateSet (may lose acknowledged data).
+    enableElectUncleanMaster: bool = False
+    #: Push NOTIFY_BROKER_ROLE_CHANGED to a group's brokers after an election.
+    notifyBrokerRoleChanged: bool = True
+    #: How long a master's lease lasts from each renewal (ms); a new master is elected only
+    #: once it has run out.
+    masterLeaseMillis: int = 3000
+    #: A broker silent for longer than this is not alive (when its heartbeat does not say).
+    brokerHeartbeatTimeoutMillis: int = 3000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Controller:
+    """One controller node, serving on ``host:port``."""
+
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 9878,
+                 config: ControllerConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or ControllerConfig()
+        self.server = RemotingServer(self.handle, host, port)
+        self.client = RemotingClient()
+        #: group -> broker id -> its last heartbeat (this node's own view).
+        self.live: dict[str, dict[int, Live]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._warned: set[tuple[str, int]] = set()
+        self._handlers = {
+            RequestCode.BROKER_HEARTBEAT: self.heartbeat,
+            RequestCode.CONTROLLER_REGISTER_BROKER: self.register_broker,
+            RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
+            RequestCode.CONTROLLER_GET_REPLICA_INFO: self.get_replica_info,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self.alter_sync_state_set,
+            RequestCode.CONTROLLER_GET_METADATA_INFO: self.get_metadata_info,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self.get_sync_state_data,
+        }
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    async def start(self) -> None:
+        self.server.bind()
+        await self.engine.start()
+        await self.server.start()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._scan()))
+        log.info("controller listening on %s", self.address)
+
+    async def stop(self) -> None:
+        await cancel_tasks(self._tasks)
+        self._tasks = []
+        await self.server.stop()
+        await self.client.close()
+        await self.engine.stop()
+
+    # ------------------------------------------------------------------ requests
+    def handle(self, conn: Connection, cmd: RemotingCommand):
+        handler = self._handlers.get(cmd.code)  # type: ignore[call-overload]
+        if handler is None:
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                remark=f"request type {cmd.code} not supported")
+        return handler(cmd)
+
+    def _not_leader(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        if self.engine.is_leader():
+            return None
+        leader = self.engine.leader() or ""
+        return cmd.response(ResponseCode.CONTROLLER_NOT_LEADER,
+                            {"controllerLeaderAddress": leader},
+                            remark=f"the controller leader is {leader or 'unknown'}")
+
+    async def _commit(self, cmd: RemotingCommand, event: dict[str, Any]) -> RemotingCommand:
+        try:
+            result = await self.engine.propose(event)
+        except EngineError as exc:
+            return cmd.response(ResponseCode.CONTROLLER_NOT_LEADER, remark=str(exc))
+        return self._answer(cmd, result)
+
+    @staticmethod
+    def _answer(cmd: RemotingCommand, result: dict[str, Any],
+                code: int = ResponseCode.SUCCESS) -> RemotingCommand:
+        if "error" in result:
+            return cmd.response(result["error"], remark=result["remark"])
+        header = {k: v for k, v in result.items()
+                  if k in ("masterBrokerId", "masterAddress", "masterEpoch",
+                           "syncStateSetEpoch", "brokerId", "leaseUntil")}
+        body = {"syncStateSet": result["syncStateSet"],
+                "syncStateSetEpoch": result["syncStateSetEpoch"],
+                "brokerAddrs": result["brokerAddrs"]}
+        return cmd.response(code, header, body=orjson.dumps(body))
+
+    def heartbeat(self, cmd: RemotingCommand):
+        """BROKER_HEARTBEAT: note the broker alive; the leader renews a master's lease."""
+        group = cmd.field("brokerName") or ""
+        broker_id = cmd.int_field("brokerId", -1)
+        if not group or broker_id <= 0:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark="a heartbeat needs brokerName and brokerId")
+        now = _now_ms()
+        self.live.setdefault(group, {})[broker_id] = Live(
+            cmd.field("brokerAddr") or "", cmd.int_field("epoch", -1),
+            cmd.int_field("maxOffset", -1), cmd.int_field("confirmOffset", -1),
+            cmd.int_field("electionPriority", 1 << 31),
+            now, cmd.int_field("heartbeatTimeoutMills", self.config.brokerHeartbeatTimeoutMillis))
+        info = self.engine.state.groups.get(group)
+        if info is None or info.master_id != broker_id:
+            return cmd.response(ResponseCode.SUCCESS)
+        refused = self._not_leader(cmd)
+        if refused is not None:
+            return refused
+        return self._commit(cmd, {
+            "op": "renew", "group": group, "broker_id": broker_id,
+            "master_epoch": cmd.int_field("epoch", -1), "now_ms": now,
+            "lease_ms": self.config.masterLeaseMillis})
+
+    def register_broker(self, cmd: RemotingCommand):
+        """CONTROLLER_REGISTER_BROKER: join the group (keeping a persisted id, or getting one)
+        and learn its master."""
+        refused = self._not_leader(cmd)
+        if refused is not None:
+            return refused
+        group = cmd.field("brokerName") or ""
+        addr = cmd.field("brokerAddress") or ""
+        if not group or not addr:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark="registering needs brokerName and brokerAddress")
+        return self._commit(cmd, {
+            "op": "register", "cluster": cmd.field("clusterName") or "DefaultCluster",
+            "group": group, "broker_id": cmd.int_field("brokerId", -1), "addr": addr})
+
+    async def elect_master(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_ELECT_MASTER: a broker asks for an election. The first election of a
+        group makes the asker master; later ones follow the policy, and only once the
+        master's lease has run out."""
+        refused = self._not_leader(cmd)
+        if refused is not None:
+            return refused
+        name = cmd.field("brokerName") or ""
+        group = self.engine.state.groups.get(name)
+        if group is None:
+            return cmd.response(ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                                remark=f"broker group {name} is not registered")
+        now = _now_ms()
+        if group.master_id is not None and (now < group.lease_until_ms
+                                            or self._alive(name, group.master_id, now)):
+            return self._answer(cmd, group.info(), ResponseCode.CONTROLLER_MASTER_STILL_EXIST)
+        if group.master_epoch == 0:
+            choice: int | None = cmd.int_field("brokerId", -1)
+        else:
+            choice = choose_master(group, self._live(name, now),
+                                   self.config.enableElectUncleanMaster)
+        if choice is None or choice not in group.brokers:
+            return cmd.response(ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
+                                remark=f"no live broker of {name} in its SyncStateSet")
+        answer = await self._commit(cmd, {
+            "op": "elect", "group": name, "master_id": choice, "now_ms": now,
+            "lease_ms": self.config.masterLeaseMillis})
+        if answer.code == ResponseCode.SUCCESS:
+            self._notify(name)
+        return answer
+
+    def get_replica_info(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_GET_REPLICA_INFO: the group's master, epochs and SyncStateSet."""
+        name = cmd.field("brokerName") or ""
+        group = self.engine.state.groups.get(name)
+        if group is None:
+            return cmd.response(ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                                remark=f"broker group {name} is not registered")
+        return self._answer(cmd, group.info())
+
+    def alter_sync_state_set(self, cmd: RemotingCommand):
+        """CONTROLLER_ALTER_SYNC_STATE_SET: the master reports who is in sync now."""
+        refused = self._not_leader(cmd)
+        if refused is not None:
+            return refused
+        try:
+            body = orjson.loads(cmd.body or b"{}")
+            members = [int(i) for i in body["syncStateSet"]]
+            ss_epoch = int(body["syncStateSetEpoch"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark="the body must be a SyncStateSet")
+        return self._commit(cmd, {
+            "op": "alter_sync_state_set", "group": cmd.field("brokerName") or "",
+            "master_id": cmd.int_field("masterBrokerId", -1),
+            "master_epoch": cmd.int_field("masterEpoch", -1),
+            "sync_state_set_epoch": ss_epoch, "members": members})
+
+    def get_metadata_info(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_GET_METADATA_INFO: who leads the controller."""
+        leader = self.engine.leader() or ""
+        return cmd.response(ResponseCode.SUCCESS, {
+            "controllerLeaderAddress": leader, "isLeader": self.engine.is_leader()})
+
+    def get_sync_state_data(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_GET_SYNC_STATE_DATA: every asked group (all when none is named), with
+        each member's liveness as this node sees it."""
+        try:
+            names = orjson.loads(cmd.body) if cmd.body else []
+        except orjson.JSONDecodeError:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark="the body must be a list of broker names")
+        groups = self.engine.state.groups
+        now = _now_ms()
+        table = {}
+        for name in names or sorted(groups):
+            group = groups.get(name)
+            if group is None:
+                continue
+            live = self._live(name, now)
+            table[name] = {**group.info(), "replicas": [
+                {"brokerId": i, "brokerAddress": a, "alive": i in live,
+                 "inSync": i in group.sync_state_set,
+                 "maxOffset": live[i].max_offset if i in live else -1}
+                for i, a in sorted(group.brokers.items())]}
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=orjson.dumps({"replicasInfoTable": table}))
+
+    # ------------------------------------------------------------------ liveness, election
+    def _live(self, name: str, now: int) -> dict[int, Live]:
+        return {i: v for i, v in self.live.get(name, {}).items() if v.alive(now)}
+
+    def _alive(self, name: str, broker_id: int, now: int) -> bool:
+        entry = self.live.get(name, {}).get(broker_id)
+        return entry is not None and entry.alive(now)
+
+    async def _scan(self) -> None:
+        """On the leader: elect a new master for every group whose master is silent and out
+        of lease."""
+        while True:
+            await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+            if not self.engine.is_leader():
+                continue
+            for name, group in list(self.engine.state.groups.items()):
+                try:
+                    await self._maybe_elect(name, group)
+                except EngineError as exc:
+                    log.warning("election for %s not committed: %s", name, exc)
+
+    async def _maybe_elect(self, name: str, group: Group) -> None:
+        now = _now_ms()
+        if (group.master_id is None or self._alive(name, group.master_id, now)
+                or now < group.lease_until_ms):
+            return  # no master yet (brokers ask for the first), or it still holds on
+        choice = choose_master(group, self._live(name, now),
+                               self.config.enableElectUncleanMaster)
+        if choice is None:
+            if (name, group.master_epoch) not in self._warned:
+                self._warned.add((name, group.master_epoch))
+                log.warning("master %d of %s is gone and nobody in its SyncStateSet %s is "
+                            "alive: no election", group.master_id, name,
+                            sorted(group.sync_state_set))
+            return
+        result = await self.engine.propose({
+            "op": "elect", "group": name, "master_id": choice, "now_ms": now,
+            "lease_ms": self.config.masterLeaseMillis})
+        if "error" not in result:
+            log.info("broker %d elected master of %s, epoch %d", choice, name,
+                     result["masterEpoch"])
+            self._notify(name)
+
+    def _notify(self, name: str) -> None:
+        """Tell the group's live brokers their roles now (they poll too, so a lost notice
+        only delays them)."""
+        if not self.config.notifyBrokerRoleChanged:
+            return
+        group = self.engine.state.groups.get(name)
+        if group is None:
+            return
+        info = group.info()
+        cmd = RemotingCommand.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {
+            "masterAddress": info["masterAddress"], "masterEpoch": info["masterEpoch"],
+            "syncStateSetEpoch": info["syncStateSetEpoch"],
+            "masterBrokerId": info["masterBrokerId"]},
+            body=orjson.dumps({"syncStateSet": info["syncStateSet"],
+                               "syncStateSetEpoch": info["syncStateSetEpoch"],
+                               "brokerAddrs": info["brokerAddrs"]}))
+        loop = asyncio.get_running_loop()
+        for broker_id in self._live(name, _now_ms()):
+            addr = group.brokers.get(broker_id)
+            if addr:
+                loop.create_task(self._send_quietly(addr, cmd))
+
+    async def _send_quietly(self, addr: str, cmd: RemotingCommand) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.invoke_oneway(addr, cmd)
