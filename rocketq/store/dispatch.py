@@ -8,11 +8,12 @@ bound for the same queue are written as one contiguous run, and index keys are h
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..protocol import (
     SCHEDULE_TOPIC,
@@ -332,6 +333,12 @@ class DispatchRunner:
             log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
         if self.dispatcher.reput_offset < self.commitlog.max_offset:
             self._event.set()  # the thread was busy, or failed: let it finish
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No dispatch runs while inside (the log is being cut under it)."""
+        with self._lock:
+            yield
 
     # ------------------------------------------------------------------ dispatching
     def add_listener(self, listener: DispatchListener) -> None:

@@ -207,6 +207,22 @@ class MessageStore:
             raise StoreClosedError("the message store is closed")
         return self.commitlog.append_replica(offset, data)
 
+    def truncate(self, offset: int) -> int:
+        """Forget the CommitLog from ``offset`` on, and every ConsumeQueue unit that points
+        there: a demoted master's tail that its group never agreed on (controller mode).
+        Returns the new end. The index keeps its entries; a look-up that lands past the end
+        finds no record."""
+        if not self.running:
+            raise StoreClosedError("the message store is closed")
+        with self.dispatcher.paused(), self.commitlog.lock:
+            offset = max(self.commitlog.min_offset, min(offset, self.commitlog.max_offset))
+            self.commitlog.files.truncate(offset)
+            self._dispatcher.reput_offset = min(self._dispatcher.reput_offset, offset)
+            self.queues.truncate_to_commitlog(offset)
+            self.commitlog.queue_offsets = self.queues.max_offsets()
+        log.warning("CommitLog truncated at %d", offset)
+        return offset
+
     # ================================================================== dispatch
     def dispatch_via(self, schedule: Schedule | None) -> None:
         """See :meth:`DispatchRunner.dispatch_via`: appends made on the calling thread are
