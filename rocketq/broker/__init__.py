@@ -34,9 +34,9 @@ import orjson
 
 from ..ha import HAClient, HAServer
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
+from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
-from ..store.config import SYNC_MASTER
+from ..store.config import SLAVE, SYNC_MASTER
 from .admin_requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
@@ -48,6 +48,7 @@ from .offset_requests import OffsetRequests
 from .offsets import ConsumerOffsets
 from .pull import PullProcessor
 from .registration import Registration
+from .replicas import ReplicasManager, Role, consistent_point
 from .send import SendProcessor
 from .send_back import SendBack
 from .slave_sync import SlaveSync
@@ -98,6 +99,11 @@ class Broker:
         self.slave_sync: SlaveSync | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        #: A master's delay, timer and transaction loops; a slave's metadata copy.
+        self._role_tasks: list[asyncio.Task[Any]] = []
+        self._slave_task: asyncio.Task[Any] | None = None
+        #: Controller mode: the broker's link to the controller.
+        self.replicas: ReplicasManager | None = None
 
         # The tables the processors share.
         self.topics = TopicTable(config, self.config_dir)
@@ -148,6 +154,7 @@ class Broker:
                 body=orjson.dumps(self.offsets.wrapper())),
             RequestCode.GET_ALL_DELAY_OFFSET: lambda conn, cmd: cmd.response(
                 body=orjson.dumps(self.schedule.wrapper())),
+            RequestCode.GET_BROKER_EPOCH_CACHE: self.epoch_cache,
         }
         for part in (self.client_requests, self.send_back, self.offset_requests,
                      self.message_queries, self.admin, self.consumer_calls):
@@ -181,54 +188,172 @@ class Broker:
         self.store.dispatch_via(self.loop.call_soon)
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
-        slave = self.store_config.is_slave
-        if slave:
-            self.ha_client = HAClient(
-                self.store,
-                lambda: self.store_config.haMasterAddress or self.registration.master_ha_addr,
-                min(5.0, self.store_config.haSendHeartbeatInterval / 1000))
-            self.ha_client.start()
-            client = self.ha_client
-            self.pull.slave_serves = lambda: (self.config.slaveReadEnable
-                                              or client.connected_to is None)
-            self.slave_sync = SlaveSync(
-                self.namesrv_client, lambda: self.registration.master_addr, self.topics,
-                self.offsets, self.schedule, self.subscription_groups)
+        self._writer = StoreWriter(self.store)
+        controlled = self.config.enableControllerMode
+        if controlled:
+            # Fenced until the controller says which role this broker has.
+            self.store.set_role(SLAVE)
+            self._writer.may_write = self._lease_valid
+            # The HA port is open from the start, so the controller can tell slaves where
+            # it is the moment this broker is elected.
+            await self._open_ha_port()
+            self.replicas = ReplicasManager(
+                self.config, self.store_config.storePathRootDir, lambda: self.address,
+                lambda: self.registration.ha_server_addr,
+                self._become_master, self._become_slave,
+                lambda: self.store.commitlog.max_offset, self._in_sync)
+        elif self.store_config.is_slave:
+            self._start_slave_side(
+                lambda: self.store_config.haMasterAddress or self.registration.master_ha_addr)
         else:
+            await self._start_master_side()
+        await self.server.start()
+        self.registration.start()
+        if self.replicas is not None:
+            await self.replicas.start()
+        else:
+            await self.registration.register_all()  # routes exist once start() returns
+        self._tasks = [self.loop.create_task(self.registration.run()),
+                       self.loop.create_task(self._housekeeping()),
+                       self.loop.create_task(self.stats.run())]
+        log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
+                 self.config.brokerName, self.config.brokerClusterName, self.address,
+                 self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
+
+    # ================================================================== roles
+    async def _start_master_side(self) -> None:
+        """Serve slaves, and run what only a master runs: delayed, timer and transaction
+        deliveries (a slave's come from its master's log)."""
+        assert self.loop is not None and self.store is not None and self._writer is not None
+        await self._open_ha_port()
+        waits = self.store_config.brokerRole == SYNC_MASTER or self.replicas is not None
+        self._writer.replicas = self.ha_server if waits else None
+        if not self._role_tasks:
+            self._role_tasks = [self.loop.create_task(self.schedule.run()),
+                                self.loop.create_task(self.transactions.run()),
+                                self.loop.create_task(self.timer.run())]
+
+    async def _open_ha_port(self) -> None:
+        assert self.store is not None
+        if self.ha_server is None:
             self.ha_server = HAServer(self.store, self.config.brokerIP1,
                                       self.store_config.haListenPort)
             await self.ha_server.start()
             self.store_config.haListenPort = self.ha_server.port
             self.registration.ha_server_addr = self.ha_server.address
-        self._writer = StoreWriter(
-            self.store, self.ha_server if self.store_config.brokerRole == SYNC_MASTER else None)
-        await self.server.start()
-        self.registration.start()
-        await self.registration.register_all()  # routes exist by the time start() returns
-        self._tasks = [self.loop.create_task(self.registration.run()),
-                       self.loop.create_task(self._housekeeping()),
-                       self.loop.create_task(self.stats.run())]
-        if self.slave_sync is not None:
-            self._tasks.append(self.loop.create_task(self.slave_sync.run()))
-        if not slave:  # a slave's delay, timer and transaction state comes from its master
-            self._tasks += [self.loop.create_task(self.schedule.run()),
-                            self.loop.create_task(self.transactions.run()),
-                            self.loop.create_task(self.timer.run())]
-        log.info("broker %s (cluster %s) listening on %s, store at %s, NameServers %s",
-                 self.config.brokerName, self.config.brokerClusterName, self.address,
-                 self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
+
+    async def _stop_master_side(self, closing: bool = False) -> None:
+        await cancel_tasks(self._role_tasks)
+        self._role_tasks = []
+        if self._writer is not None:
+            self._writer.replicas = None
+        if self.ha_server is not None:
+            if self.replicas is not None and not closing:
+                self.ha_server.drop_links()  # demoted: the port stays for a next election
+            else:
+                await self.ha_server.stop()
+                self.ha_server = None
+
+    def _start_slave_side(self, master_ha_addr: Callable[[], str],
+                          hello: int | None = None) -> None:
+        """Follow a master's log and copy its metadata."""
+        assert self.loop is not None and self.store is not None
+        self.ha_client = HAClient(
+            self.store, master_ha_addr,
+            min(5.0, self.store_config.haSendHeartbeatInterval / 1000), hello=hello)
+        self.ha_client.start()
+        client = self.ha_client
+        self.pull.slave_serves = lambda: (self.config.slaveReadEnable
+                                          or client.connected_to is None)
+        self.slave_sync = SlaveSync(
+            self.namesrv_client, lambda: self.registration.master_addr, self.topics,
+            self.offsets, self.schedule, self.subscription_groups)
+        self._slave_task = self.loop.create_task(self.slave_sync.run())
+
+    async def _stop_slave_side(self) -> None:
+        if self._slave_task is not None:
+            await cancel_tasks([self._slave_task])
+            self._slave_task = None
+        self.slave_sync = None
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+            self.ha_client = None
+        self.pull.slave_serves = None
+
+    def _lease_valid(self) -> bool:
+        return self.replicas is not None and self.replicas.lease_valid()
+
+    def _in_sync(self) -> set[int]:
+        if self.ha_server is None:
+            return set()
+        return self.ha_server.in_sync(self.store_config.haMaxTimeSlaveNotCatchup / 1000)
+
+    async def _become_master(self, role: Role) -> None:
+        """Controller mode: this broker is its group's master from ``role.master_epoch``."""
+        assert self.store is not None and self.replicas is not None
+        await self._stop_slave_side()
+        self.store.dispatch()  # what arrived from the old master is served too
+        self.store.set_role(SYNC_MASTER)
+        self.config.brokerId = 0
+        await self._start_master_side()
+        assert self.ha_server is not None
+        others = role.sync_state_set - {self.replicas.broker_id}
+        cfg = self.store_config
+        needed = len(others) if cfg.allAckInSyncStateSet else min(len(others),
+                                                                  cfg.inSyncReplicas - 1)
+        self.ha_server.set_sync_members(others, needed)
+        await self.registration.register_all()
+
+    async def _become_slave(self, role: Role) -> None:
+        """Controller mode: follow ``role``'s master, after cutting any tail of this log
+        that the master does not share."""
+        assert self.store is not None and self.replicas is not None
+        await self._stop_master_side()
+        await self._stop_slave_side()
+        self.store.set_role(SLAVE)
+        self.config.brokerId = self.replicas.broker_id
+        try:
+            theirs, their_end = await self.replicas.master_epochs(role.master_addr)
+        except (RemotingError, OSError, ValueError, KeyError) as exc:
+            log.warning("cannot read master %s's epochs (%s); following without a check",
+                        role.master_addr, exc)
+        else:
+            mine = self.replicas.epochs.entries
+            end = self.store.commitlog.max_offset
+            keep = consistent_point(mine, end, theirs, their_end) if mine else min(end,
+                                                                                  their_end)
+            if keep < end:
+                log.warning("cutting %d bytes this log does not share with master %s",
+                            end - keep, role.master_addr)
+                self.store.truncate(keep)
+            self.replicas.epochs.replace(theirs)
+        self._start_slave_side(lambda: role.master_ha_addr, hello=self.replicas.broker_id)
+        self.registration.master_addr = role.master_addr
+        await self.registration.register_all()
+
+    def epoch_cache(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_EPOCH_CACHE: this broker's epochs and CommitLog end."""
+        if self.replicas is None or self.store is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark="this broker is not in controller mode")
+        return cmd.response(body=orjson.dumps({
+            "clusterName": self.config.brokerClusterName,
+            "brokerName": self.config.brokerName, "brokerId": self.replicas.broker_id,
+            "epochList": [{"epoch": e, "startOffset": o}
+                          for e, o in self.replicas.epochs.entries],
+            "maxOffset": self.store.commitlog.max_offset}))
 
     async def stop(self) -> None:
         """Unregister, stop serving, persist offsets, flush and close the store cleanly."""
         await cancel_tasks(self._tasks)
         self._tasks = []
+        if self.replicas is not None:
+            await self.replicas.stop()
+        await self._stop_master_side(closing=True)
+        await self._stop_slave_side()
         await self.registration.unregister_all()
         await self.namesrv_client.close()
         self.pull.stop()
-        if self.ha_client is not None:
-            await self.ha_client.stop()
-        if self.ha_server is not None:
-            await self.ha_server.stop()
         await self.server.stop()
         self.offsets.persist(force=True)
         self.schedule.persist()

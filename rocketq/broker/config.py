@@ -45,6 +45,21 @@ class BrokerConfig:
     timerMaxDelaySec: int = 3 * 24 * 3600
     #: A slave serves pulls even while its master is up (RocketMQ's slaveReadEnable).
     slaveReadEnable: bool = False
+    #: Controller mode (RocketMQ 5): a controller elects this group's master.
+    enableControllerMode: bool = False
+    #: ``;``-separated controller addresses.
+    controllerAddr: str = ""
+    #: ms between heartbeats to the controllers; each renews a master's lease.
+    brokerHeartbeatInterval: int = 500
+    #: ms of silence after which the controller counts this broker gone (RocketMQ: 10 s;
+    #: shorter here, so a failover takes seconds).
+    controllerHeartBeatTimeoutMills: int = 3000
+    #: ms between GET_REPLICA_INFO polls (a lost role notice is caught by the next).
+    syncBrokerMetadataPeriod: int = 1000
+    #: ms between a master's checks of which slaves keep up (its SyncStateSet).
+    checkSyncStateSetPeriod: int = 1000
+    #: Among equally up-to-date candidates, the lowest value is elected.
+    brokerElectionPriority: int = 2**31 - 1
     regionId: str = "DefaultRegion"
     traceOn: bool = True
     unknown: dict[str, str] = field(default_factory=dict, repr=False)

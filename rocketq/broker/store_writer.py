@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..ha import HAServer
-from ..store import BatchMessage, MessageStore, PutResult, PutStatus, StoreMessage
+from ..store import (
+    BatchMessage,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    SlaveNotWritableError,
+    StoreMessage,
+)
 from ..store.message_store import mark_status
 
 
@@ -25,6 +32,8 @@ class StoreWriter:
     def __init__(self, store: MessageStore, replicas: HAServer | None = None) -> None:
         self.store = store
         self.replicas = replicas
+        #: Controller mode: whether this master may write now (it holds its lease).
+        self.may_write: Callable[[], bool] | None = None
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._running = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -33,6 +42,9 @@ class StoreWriter:
                            ) -> list[PutResult]:
         """Like ``MessageStore.put_messages``, but waits for a SYNC_FLUSH without blocking
         the loop; a wait longer than ``syncFlushTimeout`` reports FLUSH_DISK_TIMEOUT."""
+        if self.may_write is not None and not self.may_write():
+            raise SlaveNotWritableError(
+                "this broker is not its group's master now (no lease from the controller)")
         appended, wait_at = self.store.append(messages)
         if wait_at:
             if self.store.group_commit is not None and not await self._durable(wait_at):

@@ -119,7 +119,7 @@ class Controller:
         if "error" in result:
             return cmd.response(result["error"], remark=result["remark"])
         header = {k: v for k, v in result.items()
-                  if k in ("masterBrokerId", "masterAddress", "masterEpoch",
+                  if k in ("masterBrokerId", "masterAddress", "masterHaAddress", "masterEpoch",
                            "syncStateSetEpoch", "brokerId", "leaseUntil")}
         body = {"syncStateSet": result["syncStateSet"],
                 "syncStateSetEpoch": result["syncStateSetEpoch"],
@@ -145,10 +145,18 @@ class Controller:
         refused = self._not_leader(cmd)
         if refused is not None:
             return refused
-        return self._commit(cmd, {
+        return self._renew(cmd, group, broker_id, now)
+
+    async def _renew(self, cmd: RemotingCommand, group: str, broker_id: int, now: int
+                     ) -> RemotingCommand:
+        answer = await self._commit(cmd, {
             "op": "renew", "group": group, "broker_id": broker_id,
             "master_epoch": cmd.int_field("epoch", -1), "now_ms": now,
             "lease_ms": self.config.masterLeaseMillis})
+        if answer.code == ResponseCode.SUCCESS:
+            # The master counts this long from before it asked, on its own clock.
+            answer.ext_fields["leaseMillis"] = str(self.config.masterLeaseMillis)
+        return answer
 
     def register_broker(self, cmd: RemotingCommand):
         """CONTROLLER_REGISTER_BROKER: join the group (keeping a persisted id, or getting one)
@@ -163,7 +171,8 @@ class Controller:
                                 remark="registering needs brokerName and brokerAddress")
         return self._commit(cmd, {
             "op": "register", "cluster": cmd.field("clusterName") or "DefaultCluster",
-            "group": group, "broker_id": cmd.int_field("brokerId", -1), "addr": addr})
+            "group": group, "broker_id": cmd.int_field("brokerId", -1), "addr": addr,
+            "ha_addr": cmd.field("haServerAddr") or ""})
 
     async def elect_master(self, cmd: RemotingCommand) -> RemotingCommand:
         """CONTROLLER_ELECT_MASTER: a broker asks for an election. The first election of a
@@ -307,6 +316,7 @@ class Controller:
         info = group.info()
         cmd = RemotingCommand.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {
             "masterAddress": info["masterAddress"], "masterEpoch": info["masterEpoch"],
+            "masterHaAddress": info["masterHaAddress"],
             "syncStateSetEpoch": info["syncStateSetEpoch"],
             "masterBrokerId": info["masterBrokerId"]},
             body=orjson.dumps({"syncStateSet": info["syncStateSet"],

@@ -30,6 +30,8 @@ class Group:
     name: str
     #: Controller-assigned broker id (1, 2, ...) -> the broker's address.
     brokers: dict[int, str] = field(default_factory=dict)
+    #: Broker id -> where it serves slaves (its HA port).
+    ha_addrs: dict[int, str] = field(default_factory=dict)
     next_id: int = 1
     master_id: int | None = None
     master_epoch: int = 0
@@ -46,6 +48,8 @@ class Group:
         """The fields a broker is told about its group."""
         return {"masterBrokerId": self.master_id if self.master_id is not None else -1,
                 "masterAddress": self.master_addr, "masterEpoch": self.master_epoch,
+                "masterHaAddress": (self.ha_addrs.get(self.master_id, "")
+                                    if self.master_id is not None else ""),
                 "syncStateSetEpoch": self.sync_state_set_epoch,
                 "syncStateSet": sorted(self.sync_state_set),
                 "brokerAddrs": {str(k): v for k, v in sorted(self.brokers.items())},
@@ -114,6 +118,8 @@ class ControllerState:
             known = [i for i, a in group.brokers.items() if a == e["addr"]]
             broker_id = known[0] if known else group.next_id
         group.brokers[broker_id] = e["addr"]
+        if e.get("ha_addr"):
+            group.ha_addrs[broker_id] = e["ha_addr"]
         group.next_id = max(group.next_id, broker_id + 1)
         return {**group.info(), "brokerId": broker_id}
 

@@ -37,6 +37,9 @@ class HAConnection(asyncio.Protocol):
         #: The slave's last report: what it holds.
         self.acked = 0
         self.last_read = time.monotonic()
+        #: When the slave last reported holding all the master had (controller mode's
+        #: "caught up", which keeps it in the SyncStateSet).
+        self.caught_up_at = 0.0
         self._wake = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -66,6 +69,8 @@ class HAConnection(asyncio.Protocol):
                        "(a slave of another master?)")
             return
         self.acked = offset
+        if offset >= master_max:
+            self.caught_up_at = self.last_read
         if self.request is None:
             self.request = offset
             self._wake.set()
@@ -88,6 +93,11 @@ class HAConnection(asyncio.Protocol):
         log.warning("closing the HA link of slave %s: %s", self.peer, reason)
         if self.transport is not None:
             self.transport.close()
+
+    @property
+    def broker_id(self) -> int | None:
+        """The slave's broker id, if it said (controller mode)."""
+        return self.reader.broker_id
 
     # ------------------------------------------------------------------ writing
     def wake(self) -> None:
@@ -144,8 +154,13 @@ class HAServer:
         self.host = host
         self.port = port
         self.connections: set[HAConnection] = set()
-        #: The highest offset a slave acknowledged (RocketMQ's push2SlaveMaxOffset).
+        #: The offset SYNC_MASTER sends wait for: in 4.x, the highest any slave acknowledged
+        #: (RocketMQ's push2SlaveMaxOffset); in controller mode, the confirmOffset.
         self.slave_acked = 0
+        #: Controller mode: the SyncStateSet's members other than this master (None: 4.x),
+        #: and how many of them must hold a message before it is answered.
+        self.sync_members: set[int] | None = None
+        self.acks_needed = 0
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -183,6 +198,17 @@ class HAServer:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def drop_links(self) -> None:
+        """Close every slave's link (this broker stopped being master) and release waiting
+        sends; the port stays open."""
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        for _, fut in self._ack_waiters:
+            if not fut.done():
+                fut.set_result(False)
+        self._ack_waiters.clear()
+
     def _on_append(self, end: int) -> None:
         """New CommitLog bytes: wake the links (on the loop's thread, whoever appended)."""
         if threading.get_ident() == self._loop_thread:
@@ -196,6 +222,9 @@ class HAServer:
 
     # ------------------------------------------------------------------ acknowledgements
     def acknowledged(self, offset: int) -> None:
+        """A slave reported ``offset``: move the waited-for position if it moved."""
+        if self.sync_members is not None:
+            offset = self._confirmed()
         if offset <= self.slave_acked:
             return
         self.slave_acked = offset
@@ -210,9 +239,39 @@ class HAServer:
                     still.append((target, fut))
             self._ack_waiters = still
 
+    def _confirmed(self) -> int:
+        """Controller mode: the offset that ``acks_needed`` members of the SyncStateSet
+        hold (RocketMQ's confirmOffset); the log's end when none is needed."""
+        assert self.sync_members is not None
+        if self.acks_needed <= 0:
+            return self.store.commitlog.max_offset
+        acks = sorted((c.acked for c in self.connections if c.broker_id in self.sync_members),
+                      reverse=True)
+        if len(acks) < self.acks_needed:
+            return self.slave_acked
+        return acks[self.acks_needed - 1]
+
+    def set_sync_members(self, members: set[int] | None, acks_needed: int) -> None:
+        """Controller mode: whom sends wait for now (the SyncStateSet without this master)."""
+        self.sync_members = members
+        self.acks_needed = acks_needed
+        self.acknowledged(0)
+
+    def in_sync(self, max_lag: float) -> set[int]:
+        """Controller mode: the slaves (by broker id) that held all this master had within
+        the last ``max_lag`` seconds (RocketMQ's haMaxTimeSlaveNotCatchup)."""
+        now = time.monotonic()
+        return {c.broker_id for c in self.connections
+                if c.broker_id is not None and now - c.caught_up_at <= max_lag}
+
     def slave_caught_up(self, offset: int) -> bool:
         """Whether a connected slave is within ``haSlaveFallbehindMax`` of ``offset``
         (RocketMQ's isSlaveOK): otherwise a SYNC_MASTER send is SLAVE_NOT_AVAILABLE."""
+        if self.sync_members is not None:
+            if self.acks_needed <= 0:
+                return True
+            linked = sum(1 for c in self.connections if c.broker_id in self.sync_members)
+            return linked >= self.acks_needed
         return bool(self.connections) and (
             offset - self.slave_acked < self.store.config.haSlaveFallbehindMax)
 
@@ -221,7 +280,9 @@ class HAServer:
         shares the one acknowledged position, as group commit shares one fsync."""
         assert self._loop is not None
         fut: asyncio.Future[bool] = self._loop.create_future()
-        if self.slave_acked >= offset:
+        if self.sync_members is not None and self.acks_needed <= 0:
+            fut.set_result(True)
+        elif self.slave_acked >= offset:
             fut.set_result(True)
         else:
             self._ack_waiters.append((offset, fut))

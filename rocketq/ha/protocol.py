@@ -11,6 +11,10 @@ Raw TCP, big-endian, no frames of the remoting protocol:
 
 So a slave's CommitLog is the master's, byte for byte, and a RocketMQ 4.x slave can follow
 a rocketq master (and the other way round).
+
+In controller mode a rocketq slave opens with a hello, ``[-1 i64][brokerId i64]``, so the
+master knows which member of its SyncStateSet each link is. No 4.x slave sends it (a report is
+never negative), and a master reads a stream without one as 4.x's.
 """
 
 from __future__ import annotations
@@ -32,6 +36,15 @@ def encode_report(offset: int) -> bytes:
     return REPORT.pack(offset)
 
 
+#: The first word of a controller-mode slave's hello.
+HELLO = -1
+
+
+def encode_hello(broker_id: int) -> bytes:
+    """A controller-mode slave's first bytes: who it is."""
+    return REPORT.pack(HELLO) + REPORT.pack(broker_id)
+
+
 def encode_transfer_header(offset: int, size: int) -> bytes:
     """The header of ``size`` CommitLog bytes from ``offset`` (0 bytes: a heartbeat)."""
     return TRANSFER_HEADER.pack(offset, size)
@@ -42,11 +55,22 @@ class ReportReader:
 
     def __init__(self) -> None:
         self._pending = b""
+        self._opening = True
+        #: The slave's broker id, if it opened with a hello.
+        self.broker_id: int | None = None
 
     def feed(self, data: bytes) -> int | None:
         """Take bytes; return the newest whole report in them, or None if none completed.
         A negative offset raises HAProtocolError."""
         buf = self._pending + data
+        if self._opening:
+            if len(buf) < 8 or (REPORT.unpack_from(buf)[0] == HELLO and len(buf) < 16):
+                self._pending = buf
+                return None
+            if REPORT.unpack_from(buf)[0] == HELLO:
+                self.broker_id = REPORT.unpack_from(buf, 8)[0]
+                buf = buf[16:]
+            self._opening = False
         whole = len(buf) - len(buf) % 8
         self._pending = buf[whole:]
         if not whole:

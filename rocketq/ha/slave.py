@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from ..store import MessageStore
-from .protocol import HAProtocolError, TransferReader, encode_report
+from .protocol import HAProtocolError, TransferReader, encode_hello, encode_report
 
 log = logging.getLogger("rocketq.ha")
 
@@ -28,8 +28,10 @@ class HAClient:
     the NameServer tells a registering slave)."""
 
     def __init__(self, store: MessageStore, master_address: Callable[[], str],
-                 reconnect_interval: float = 5.0) -> None:
+                 reconnect_interval: float = 5.0, hello: int | None = None) -> None:
         self.store = store
+        #: Controller mode: this slave's broker id, said first on each link.
+        self.hello = hello
         self.master_address = master_address
         self.reconnect_interval = reconnect_interval
         #: The master this slave follows now, if connected.
@@ -68,6 +70,8 @@ class HAClient:
         chunks = TransferReader(_MAX_CHUNK)
         try:
             self.connected_to = address
+            if self.hello is not None:
+                writer.write(encode_hello(self.hello))
             writer.write(encode_report(store.commitlog.max_offset))
             log.info("following master %s from offset %d", address,
                      store.commitlog.max_offset)

@@ -67,6 +67,14 @@ class MessageStoreConfig:
     #: A pull reading further than this share (percent) of physical memory behind the
     #: CommitLog's end is told to read from a slave (when ``slaveReadEnable``), as RocketMQ's.
     accessMessageInMemoryMaxRatio: int = 40
+    #: Controller mode: a send is answered once every SyncStateSet member holds it
+    #: (else once ``inSyncReplicas`` replicas, the master counted, do).
+    allAckInSyncStateSet: bool = False
+    inSyncReplicas: int = 1
+    #: Controller mode: sends fail while the SyncStateSet has fewer members.
+    minInSyncReplicas: int = 1
+    #: ms a slave may fail to keep up before it leaves the SyncStateSet.
+    haMaxTimeSlaveNotCatchup: int = 15_000
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

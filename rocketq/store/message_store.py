@@ -34,7 +34,7 @@ from ..protocol.message import (
 )
 from .checkpoint import Checkpoint
 from .commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessage
-from .config import MessageStoreConfig
+from .config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
 from .errors import SlaveNotWritableError, StoreClosedError
@@ -206,6 +206,14 @@ class MessageStore:
         if not self.running:
             raise StoreClosedError("the message store is closed")
         return self.commitlog.append_replica(offset, data)
+
+    def set_role(self, role: str) -> None:
+        """Change this store's role (controller mode promotes and demotes brokers)."""
+        if role not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
+            raise ValueError(f"not a broker role: {role!r}")
+        self.config.brokerRole = role
+        self._slave = self.config.is_slave
+        self._answers_when_safe = self.config.answers_when_safe
 
     def truncate(self, offset: int) -> int:
         """Forget the CommitLog from ``offset`` on, and every ConsumeQueue unit that points

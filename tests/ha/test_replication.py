@@ -28,7 +28,7 @@ def test_reports_and_chunks_split_anywhere():
     assert reports.feed(raw[3:12]) == 5
     assert reports.feed(raw[12:]) == 1 << 40  # the last whole report wins
     with pytest.raises(HAProtocolError):
-        ReportReader().feed(encode_report(-1))
+        ReportReader().feed(encode_report(-5))
     stream = (encode_transfer_header(100, 3) + b"abc" + encode_transfer_header(103, 0)
               + encode_transfer_header(103, 2) + b"de")
     chunks = TransferReader(1 << 20)
@@ -390,3 +390,16 @@ def test_pull_answers_suggest_a_broker_by_rocketmqs_rule(st):
     behind = slow.store.get_messages("Suggest", 0, 0, 1)
     assert behind.behind == slow.store.commitlog.max_offset and behind.suggest_slave
     behind.release()
+
+
+def test_a_hello_names_the_slave_and_a_stream_without_one_is_4x():
+    from rocketq.ha.protocol import encode_hello
+
+    named = ReportReader()
+    raw = encode_hello(3) + encode_report(77)
+    assert named.feed(raw[:5]) is None and named.feed(raw[5:12]) is None
+    assert named.feed(raw[12:]) == 77 and named.broker_id == 3
+    plain = ReportReader()
+    assert plain.feed(encode_report(5)) == 5 and plain.broker_id is None
+    plain.feed(encode_hello(3))  # only a stream's first bytes can be a hello
+    assert plain.broker_id is None

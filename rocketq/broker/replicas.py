@@ -1,0 +1,361 @@
+"""Controller mode on the broker's side (RocketMQ 5's ReplicasManager): join the group at the
+controller, heartbeat it, hold the master's lease, and take the role the controller gives.
+
+A broker in controller mode starts fenced (it takes no writes) and registers with the
+controller, keeping the id it was given in ``brokerIdentity``. The group's first broker to ask
+becomes master; the others follow it. Every heartbeat (``brokerHeartbeatInterval``) renews a
+master's lease; a master whose lease runs out on its own clock, counted from before it asked,
+stops taking writes before the controller may elect another. Role changes arrive pushed
+(NOTIFY_BROKER_ROLE_CHANGED) or polled (GET_REPLICA_INFO), and are applied only for a higher
+``masterEpoch``. A demoted master cuts its CommitLog back to the last offset it agrees on
+with the new master (compared through their epoch files) before it follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..protocol import RemotingCommand, RequestCode, ResponseCode
+from ..remoting import RemotingClient, RemotingError
+from .config import BrokerConfig
+from .files import write_atomically
+
+log = logging.getLogger("rocketq.broker")
+
+
+class EpochFile:
+    """``epochFileCheckpoint`` as RocketMQ writes it: the entry count, a CRC32 of the entry
+    lines, then one ``epoch-startOffset`` line per epoch this log has had a master for."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.entries: list[tuple[int, int]] = []
+        self._load()
+
+    def _load(self) -> None:
+        for path in (self.path, self.path + ".bak"):
+            try:
+                with open(path) as fh:
+                    lines = fh.read().splitlines()
+                count, crc = int(lines[0]), int(lines[1])
+                body = "".join(line + "\n" for line in lines[2:2 + count])
+                if crc and zlib.crc32(body.encode()) & 0x7FFFFFFF != crc:
+                    continue
+                self.entries = [(int(e), int(o)) for e, o in
+                                (line.split("-") for line in lines[2:2 + count])]
+                return
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def _save(self) -> None:
+        body = "".join(f"{e}-{o}\n" for e, o in self.entries)
+        text = f"{len(self.entries)}\n{zlib.crc32(body.encode()) & 0x7FFFFFFF}\n{body}"
+        if os.path.exists(self.path):
+            with contextlib.suppress(OSError):
+                os.replace(self.path, self.path + ".bak")
+        write_atomically(self.path, text.encode())
+
+    @property
+    def last_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else -1
+
+    def append(self, epoch: int, start: int) -> None:
+        """A new epoch starts at ``start`` (entries of this epoch or later are replaced)."""
+        self.entries = [(e, o) for e, o in self.entries if e < epoch and o <= start]
+        self.entries.append((epoch, start))
+        self._save()
+
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        self.entries = sorted(entries)
+        self._save()
+
+
+def consistent_point(mine: list[tuple[int, int]], my_end: int,
+                     theirs: list[tuple[int, int]], their_end: int) -> int:
+    """Where two logs stop agreeing (RocketMQ's findConsistentPoint): the newest epoch both
+    started at the same offset, up to the smaller of the two ends of that epoch. 0 when they
+    share none."""
+    their_starts = dict(theirs)
+    for i in range(len(mine) - 1, -1, -1):
+        epoch, start = mine[i]
+        if their_starts.get(epoch) != start:
+            continue
+        j = [e for e, _ in theirs].index(epoch)
+        mine_end = mine[i + 1][1] if i + 1 < len(mine) else my_end
+        theirs_end = theirs[j + 1][1] if j + 1 < len(theirs) else their_end
+        return min(mine_end, theirs_end)
+    return 0
+
+
+@dataclass
+class Role:
+    """What the controller said of this broker's group."""
+
+    master_id: int
+    master_addr: str
+    master_ha_addr: str
+    master_epoch: int
+    sync_state_set: set[int]
+    sync_state_set_epoch: int
+
+
+class ReplicasManager:
+    """Keeps one broker in step with the controller; see the module docstring.
+
+    ``become_master(role)`` and ``become_slave(role)`` are the broker's role switches;
+    ``max_offset()`` and ``confirm_offset()`` what a heartbeat reports; ``in_sync()`` the
+    slaves that kept up, for the SyncStateSet a master reports."""
+
+    def __init__(self, config: BrokerConfig, store_root: str, address: Callable[[], str],
+                 ha_address: Callable[[], str],
+                 become_master: Callable[[Role], Awaitable[None]],
+                 become_slave: Callable[[Role], Awaitable[None]],
+                 max_offset: Callable[[], int], in_sync: Callable[[], set[int]]) -> None:
+        self.config = config
+        self.address = address
+        self.ha_address = ha_address
+        self._become_master = become_master
+        self._become_slave = become_slave
+        self.max_offset = max_offset
+        self.in_sync = in_sync
+        self.client = RemotingClient(self._notified)
+        self.identity_path = os.path.join(store_root, "brokerIdentity")
+        self.epochs = EpochFile(os.path.join(store_root, "epochFileCheckpoint"))
+        self.broker_id = self._load_identity()
+        self.role: Role | None = None
+        self.is_master = False
+        #: Until when (monotonic) a master may take writes: its lease, on its own clock.
+        self.lease_deadline = 0.0
+        self._leader: str | None = None
+        self._lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def controllers(self) -> list[str]:
+        return [a.strip() for a in self.config.controllerAddr.split(";") if a.strip()]
+
+    def _load_identity(self) -> int:
+        try:
+            with open(self.identity_path) as fh:
+                for line in fh:
+                    key, _, value = line.strip().partition("=")
+                    if key == "brokerId":
+                        return int(value)
+        except (OSError, ValueError):
+            pass
+        return -1
+
+    async def start(self, wait: float = 10.0) -> None:
+        """Register and take a role (waiting up to ``wait`` s for one; fenced meanwhile),
+        then keep heartbeating and polling in the background."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while loop.time() < deadline:
+            with contextlib.suppress(RemotingError, OSError, ValueError):
+                if await self._join():
+                    break
+            await asyncio.sleep(0.2)
+        self._tasks = [loop.create_task(self._heartbeats()), loop.create_task(self._poll()),
+                       loop.create_task(self._report_sync_state_set())]
+
+    async def stop(self) -> None:
+        from ..remoting import cancel_tasks
+
+        await cancel_tasks(self._tasks)
+        self._tasks = []
+        await self.client.close()
+
+    def lease_valid(self) -> bool:
+        """Whether this master may take a write now."""
+        return self.is_master and time.monotonic() < self.lease_deadline
+
+    # ------------------------------------------------------------------ talking to the controller
+    async def _invoke(self, code: int, fields: dict[str, Any], body: bytes = b"",
+                      timeout: float = 2.0) -> RemotingCommand:
+        """A request to the controller leader: the last one known, else each in turn."""
+        tried: list[str] = []
+        order = ([self._leader] if self._leader else []) + self.controllers
+        last: RemotingCommand | None = None
+        for addr in order:
+            if addr in tried:
+                continue
+            tried.append(addr)
+            try:
+                r = await self.client.invoke(
+                    addr, RemotingCommand.request(code, fields, body=body), timeout)
+            except (RemotingError, OSError):
+                continue
+            if r.code == ResponseCode.CONTROLLER_NOT_LEADER:
+                leader = r.ext_fields.get("controllerLeaderAddress")
+                if leader and leader not in tried:
+                    order.append(leader)
+                last = r
+                continue
+            self._leader = addr
+            return r
+        if last is not None:
+            return last
+        raise RemotingError("no controller answered")
+
+    def _identity_fields(self) -> dict[str, Any]:
+        return {"clusterName": self.config.brokerClusterName,
+                "brokerName": self.config.brokerName}
+
+    async def _join(self) -> bool:
+        """Register; become what the answer says, or ask to be master of a group without
+        one. True once this broker has a role."""
+        r = await self._invoke(RequestCode.CONTROLLER_REGISTER_BROKER, {
+            **self._identity_fields(), "brokerId": self.broker_id,
+            "brokerAddress": self.address(), "haServerAddr": self.ha_address()})
+        if r.code != ResponseCode.SUCCESS:
+            log.warning("controller refused registration: %s", r.remark)
+            return False
+        broker_id = int(r.ext_fields["brokerId"])
+        if broker_id != self.broker_id:
+            self.broker_id = broker_id
+            write_atomically(self.identity_path, (
+                f"brokerName={self.config.brokerName}\nbrokerClusterName="
+                f"{self.config.brokerClusterName}\nbrokerId={broker_id}\n").encode())
+        if int(r.ext_fields.get("masterBrokerId", -1)) < 0:
+            await self._heartbeat_once()
+            r = await self._invoke(RequestCode.CONTROLLER_ELECT_MASTER, {
+                **self._identity_fields(), "brokerId": self.broker_id})
+            if r.code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
+                log.warning("no master for %s yet: %s", self.config.brokerName, r.remark)
+                return False
+        await self.apply(_role(r))
+        return self.role is not None
+
+    async def _heartbeat_once(self) -> None:
+        fields = {**self._identity_fields(), "brokerAddr": self.address(),
+                  "brokerId": self.broker_id,
+                  "epoch": self.role.master_epoch if self.role else -1,
+                  "maxOffset": self.max_offset(), "confirmOffset": self.max_offset(),
+                  "heartbeatTimeoutMills": self.config.controllerHeartBeatTimeoutMills,
+                  "electionPriority": self.config.brokerElectionPriority}
+        cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, fields)
+        sent = time.monotonic()
+
+        async def one(addr: str) -> None:
+            with contextlib.suppress(RemotingError, OSError):
+                r = await self.client.invoke(addr, cmd, 1.0)
+                lease = r.ext_fields.get("leaseMillis")
+                if (r.code == ResponseCode.SUCCESS and lease and self.is_master and self.role
+                        and r.ext_fields.get("masterEpoch") == str(self.role.master_epoch)):
+                    self.lease_deadline = max(self.lease_deadline,
+                                              sent + int(lease) / 1000)
+        await asyncio.gather(*(one(a) for a in self.controllers))
+
+    async def _heartbeats(self) -> None:
+        while True:
+            if self.broker_id > 0:
+                await self._heartbeat_once()
+            await asyncio.sleep(self.config.brokerHeartbeatInterval / 1000)
+
+    async def _poll(self) -> None:
+        """GET_REPLICA_INFO every ``syncBrokerMetadataPeriod``: catches a notice lost."""
+        while True:
+            await asyncio.sleep(self.config.syncBrokerMetadataPeriod / 1000)
+            with contextlib.suppress(RemotingError, OSError, ValueError, KeyError):
+                if self.role is None:
+                    await self._join()
+                    continue
+                r = await self._invoke(RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                                       self._identity_fields())
+                if r.code == ResponseCode.SUCCESS:
+                    await self.apply(_role(r))
+                elif r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
+                    await self._join()
+
+    async def _report_sync_state_set(self) -> None:
+        """A master: tell the controller who keeps up (RocketMQ's checkSyncStateSet)."""
+        while True:
+            await asyncio.sleep(self.config.checkSyncStateSetPeriod / 1000)
+            role = self.role
+            if not self.is_master or role is None:
+                continue
+            members = {self.broker_id} | self.in_sync()
+            if members == role.sync_state_set:
+                continue
+            with contextlib.suppress(RemotingError, OSError, ValueError, KeyError):
+                r = await self._invoke(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
+                    "brokerName": self.config.brokerName, "masterBrokerId": self.broker_id,
+                    "masterEpoch": role.master_epoch}, orjson.dumps({
+                        "syncStateSet": sorted(members),
+                        "syncStateSetEpoch": role.sync_state_set_epoch}))
+                if r.code == ResponseCode.SUCCESS:
+                    await self.apply(_role(r), sync_state_set_only=True)
+
+    def _notified(self, conn: Any, cmd: RemotingCommand) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED from a controller."""
+        if cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
+            with contextlib.suppress(KeyError, ValueError):
+                asyncio.get_running_loop().create_task(self.apply(_role(cmd)))
+        return None
+
+    # ------------------------------------------------------------------ roles
+    async def apply(self, role: Role | None, sync_state_set_only: bool = False) -> None:
+        """Take the role the controller says, if it is newer than the one held."""
+        if role is None:
+            return
+        async with self._lock:
+            held = self.role
+            if held is not None and role.master_epoch < held.master_epoch:
+                return
+            if held is not None and role.master_epoch == held.master_epoch:
+                if role.sync_state_set_epoch > held.sync_state_set_epoch:
+                    held.sync_state_set = role.sync_state_set
+                    held.sync_state_set_epoch = role.sync_state_set_epoch
+                    if self.is_master:
+                        await self._become_master(held)
+                return
+            if sync_state_set_only or role.master_id < 0:
+                return
+            self.role = role
+            if role.master_id == self.broker_id:
+                log.info("broker %s-%d is master, epoch %d", self.config.brokerName,
+                         self.broker_id, role.master_epoch)
+                self.is_master = True
+                self.lease_deadline = time.monotonic() + 1.0  # until the first renewal
+                self.epochs.append(role.master_epoch, self.max_offset())
+                await self._become_master(role)
+            else:
+                log.info("broker %s-%d follows master %d at %s, epoch %d",
+                         self.config.brokerName, self.broker_id, role.master_id,
+                         role.master_addr, role.master_epoch)
+                self.is_master = False
+                self.lease_deadline = 0.0
+                await self._become_slave(role)
+
+    async def master_epochs(self, master_addr: str) -> tuple[list[tuple[int, int]], int]:
+        """The master's epoch file and end (GET_BROKER_EPOCH_CACHE)."""
+        r = await self.client.invoke(master_addr, RemotingCommand.request(
+            RequestCode.GET_BROKER_EPOCH_CACHE), 3)
+        if r.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"the master answered {r.code}: {r.remark}")
+        body = orjson.loads(r.body)
+        return ([(int(e["epoch"]), int(e["startOffset"])) for e in body["epochList"]],
+                int(body["maxOffset"]))
+
+
+def _role(cmd: RemotingCommand) -> Role | None:
+    """The role fields of a controller answer or notice."""
+    ext = cmd.ext_fields
+    body = orjson.loads(cmd.body) if cmd.body else {}
+    master = int(ext.get("masterBrokerId", -1))
+    addrs = body.get("brokerAddrs") or {}
+    return Role(master, ext.get("masterAddress") or addrs.get(str(master), ""),
+                ext.get("masterHaAddress") or "", int(ext.get("masterEpoch", 0)),
+                {int(i) for i in body.get("syncStateSet", [])},
+                int(ext.get("syncStateSetEpoch", body.get("syncStateSetEpoch", 0))))
