@@ -292,7 +292,6 @@ class Broker:
         """Controller mode: this broker is its group's master from ``role.master_epoch``."""
         assert self.store is not None and self.replicas is not None
         await self._stop_slave_side()
-        self.store.dispatch()  # what arrived from the old master is served too
         self.store.set_role(SYNC_MASTER)
         self.config.brokerId = 0
         await self._start_master_side()

@@ -211,7 +211,14 @@ class MessageStore:
         """Change this store's role (controller mode promotes and demotes brokers)."""
         if role not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
             raise ValueError(f"not a broker role: {role!r}")
+        was_slave = self._slave
         self.config.brokerRole = role
+        if was_slave and role != SLAVE:
+            # Appends now assign queue offsets: take them from what the replicated log
+            # built (RocketMQ's recoverTopicQueueTable on changeToMaster).
+            self.dispatch()
+            with self.commitlog.lock:
+                self.commitlog.queue_offsets = self.queues.max_offsets()
         self._slave = self.config.is_slave
         self._answers_when_safe = self.config.answers_when_safe
 

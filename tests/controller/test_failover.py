@@ -1,0 +1,205 @@
+"""Automatic failover between real processes: a controller, a NameServer and three brokers in
+controller mode (every SyncStateSet member acknowledges each send, SYNC_FLUSH), with the
+master killed by SIGKILL while a producer sends without pause."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import orjson
+import pytest
+
+from rocketq import Message, Producer, PullConsumer, SendStatus
+from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
+from rocketq.remoting import RemotingClient, run
+
+from ..cli.test_cli import SMALL_FILES, free_port, start, stop
+from ..conftest import fetch_route, wait_for
+from .test_controller import port_pair
+
+
+def replica_info(controller: str) -> dict:
+    async def go():
+        client = RemotingClient()
+        try:
+            r = await client.invoke(controller, RemotingCommand.request(
+                RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"}), 3)
+        finally:
+            await client.close()
+        if r.code != ResponseCode.SUCCESS:
+            return {}
+        return {**r.ext_fields, **orjson.loads(r.body)}
+    return run(go())
+
+
+class ControlledCluster:
+    def __init__(self, tmp_path, replicas: int = 3, extra: str = "") -> None:
+        self.tmp_path = tmp_path
+        ns_port = free_port()
+        self.namesrv = f"127.0.0.1:{ns_port}"
+        ctrl_port = port_pair()
+        self.controller = f"127.0.0.1:{ctrl_port}"
+        self.procs = [start(["namesrv", "--port", str(ns_port)], "listening"),
+                      start(["controller", "--port", str(ctrl_port)], "listening")]
+        self.brokers: dict[str, object] = {}  # address -> process
+        self.dirs: dict[str, object] = {}  # address -> store directory
+        self.confs = []
+        for i in range(replicas):
+            port = free_port()
+            conf = tmp_path / f"b{i}.conf"
+            conf.write_text(
+                f"brokerName=broker-a\nnamesrvAddr={self.namesrv}\nlistenPort={port}\n"
+                f"storePathRootDir={tmp_path / f'b{i}'}\n{SMALL_FILES}"
+                f"enableControllerMode=true\ncontrollerAddr={self.controller}\n"
+                f"allAckInSyncStateSet=true\nflushDiskType=SYNC_FLUSH\n{extra}")
+            self.confs.append(conf)
+            self.dirs[f"127.0.0.1:{port}"] = tmp_path / f"b{i}"
+            self.brokers[f"127.0.0.1:{port}"] = start(["broker", "-c", str(conf)],
+                                                      "listening")
+
+    def master(self) -> str | None:
+        route = fetch_route(self.namesrv, "TBW102")
+        if route is None:
+            return None
+        return route.broker_addrs.get("broker-a", {}).get(0) or \
+            route.broker_addrs.get("broker-a", {}).get("0")
+
+    def commitlog(self, addr: str) -> bytes:
+        files = sorted((self.dirs[addr] / "commitlog").iterdir())
+        return b"".join(f.read_bytes() for f in files).rstrip(b"\0")
+
+    def close(self) -> None:
+        for proc in list(self.brokers.values()) + self.procs[::-1]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+            stop(proc)
+
+
+class Sender:
+    """Sends without pause from a thread, keeping the acknowledged message ids."""
+
+    def __init__(self, namesrv: str, topic: str) -> None:
+        self.acked: list[str] = []
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(namesrv, topic))
+        self.thread.start()
+
+    def _run(self, namesrv: str, topic: str) -> None:
+        with Producer("pg", namesrv=namesrv, send_timeout=2, retries=1) as producer:
+            for i in range(20_000):
+                if self.halt.is_set():
+                    return
+                try:
+                    r = producer.send(Message(topic, b"m%d" % i))
+                except Exception:
+                    time.sleep(0.05)
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    self.acked.append(r.msg_id)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join(30)
+
+
+def read_ids(namesrv: str, topic: str, expected: int) -> list[str]:
+    got = []
+    with PullConsumer("reader", namesrv=namesrv, from_where="first") as consumer:
+        consumer.subscribe(topic)
+        consumer.start()
+        wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= expected, 30)
+    return [m.msg_id for m in got]
+
+
+@pytest.mark.slow
+def test_a_paused_master_is_replaced_then_rejoins_as_a_slave(tmp_path):
+    c = ControlledCluster(tmp_path)
+    sender = None
+    try:
+        assert wait_for(lambda: len(replica_info(c.controller).get("syncStateSet", [])) == 3,
+                        30)
+        old = c.master()
+        sender = Sender(c.namesrv, "Paused")
+        assert wait_for(lambda: len(sender.acked) >= 300, 30)
+        c.brokers[old].send_signal(signal.SIGSTOP)  # past its lease: it cannot renew
+        assert wait_for(lambda: replica_info(c.controller).get("masterEpoch") == "2", 15)
+        assert wait_for(lambda: c.master() not in (None, old), 15)
+        count = len(sender.acked)
+        assert wait_for(lambda: len(sender.acked) >= count + 200, 20)
+        c.brokers[old].send_signal(signal.SIGCONT)
+        # It takes no write on its stale lease, learns of epoch 2 and follows the new master
+        # (after cutting anything the new master does not share): the two logs become one.
+        new = c.master()
+        assert wait_for(lambda: old in fetch_route(c.namesrv, "Paused").broker_addrs.get(
+            "broker-a", {}).values() and c.master() == new, 20)
+        sender.stop()
+        assert wait_for(lambda: c.commitlog(old) == c.commitlog(new), 20)
+        ids = read_ids(c.namesrv, "Paused", len(sender.acked))
+        assert not set(sender.acked) - set(ids)
+        assert len(ids) == len(set(ids))
+    finally:
+        if sender is not None:
+            sender.stop()
+        c.close()
+
+
+@pytest.mark.slow
+def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_message(
+        tmp_path):
+    c = ControlledCluster(tmp_path)
+    try:
+        assert wait_for(lambda: len(replica_info(c.controller).get("syncStateSet", [])) == 3,
+                        30), replica_info(c.controller)
+        old_master = c.master()
+        assert old_master in c.brokers
+        acked: list[str] = []
+        failures: list[float] = []
+        halt = threading.Event()
+        killed_at: list[float] = []
+
+        def produce() -> None:
+            with Producer("pg", namesrv=c.namesrv, send_timeout=2, retries=1) as producer:
+                for i in range(20_000):
+                    if halt.is_set():
+                        return
+                    try:
+                        r = producer.send(Message("Failover", b"m%d" % i))
+                    except Exception:
+                        failures.append(time.monotonic())
+                        time.sleep(0.05)
+                        continue
+                    if r.status is SendStatus.SEND_OK:
+                        acked.append(r.msg_id)
+                        if killed_at and len(killed_at) == 1:
+                            killed_at.append(time.monotonic())  # the first after the kill
+
+        sender = threading.Thread(target=produce)
+        sender.start()
+        try:
+            assert wait_for(lambda: len(acked) >= 300, 30)
+            c.brokers[old_master].send_signal(signal.SIGKILL)
+            killed_at.append(time.monotonic())
+            assert wait_for(lambda: len(killed_at) == 2, 20), "no send succeeded after the kill"
+            new_master = c.master()
+            count = len(acked)
+            assert wait_for(lambda: len(acked) >= count + 200, 20)
+        finally:
+            halt.set()
+            sender.join(30)
+        failover = killed_at[1] - killed_at[0]
+        assert new_master != old_master
+        assert failover < 5, f"the new master took {failover:.1f} s"
+        info = replica_info(c.controller)
+        assert info["masterEpoch"] == "2"
+        got = []
+        with PullConsumer("reader", namesrv=c.namesrv, from_where="first") as consumer:
+            consumer.subscribe("Failover")
+            consumer.start()
+            wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= len(acked), 30)
+        ids = [m.msg_id for m in got]
+        assert not set(acked) - set(ids), f"{len(set(acked) - set(ids))} acknowledged lost"
+        assert len(ids) == len(set(ids)), "a message was read twice"
+    finally:
+        c.close()
