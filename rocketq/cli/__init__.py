@@ -214,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .admin import add_admin_parser
     from .bench import add_bench_parser
+    from .cluster import add_cluster_parser
 
+    add_cluster_parser(sub)
     add_admin_parser(sub)
     add_bench_parser(sub)
     return parser

@@ -99,6 +99,7 @@ async def start_controllers(n: int) -> list[Controller]:
     for node in nodes:
         await node.start()
     await until(lambda: any(n.engine.is_leader() for n in nodes), 15)
+    await until(lambda: all(n.engine.leader() for n in nodes), 15)  # the followers know it
     return nodes
 
 

@@ -4,7 +4,10 @@ master killed by SIGKILL while a producer sends without pause."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -203,3 +206,56 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
         assert len(ids) == len(set(ids)), "a message was read twice"
     finally:
         c.close()
+
+
+@pytest.mark.slow
+def test_rocketq_cluster_starts_everything_fails_over_and_stops_on_ctrl_c(tmp_path):
+    extra = tmp_path / "extra.conf"
+    extra.write_text(SMALL_FILES.replace("haListenPort=0\n", ""))
+    ns_port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocketq.cli", "cluster", "--replicas", "2", "--data-dir",
+         str(tmp_path / "data"), "--namesrv-port", str(ns_port), "-c", str(extra)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()
+            if line.startswith("Controller "):
+                controller = line.split()[1]
+            if " replica " in line:  # "broker-a replica 0: 127.0.0.1:PORT (pid N, ...)"
+                addr = line.split(": ", 1)[1].split(" ", 1)[0]
+                pids[addr] = int(line.split("pid ", 1)[1].split(",", 1)[0])
+            if "Ctrl-C stops all" in line:
+                break
+        namesrv = f"127.0.0.1:{ns_port}"
+        assert len(pids) == 2
+        with Producer("pg", namesrv=namesrv, send_timeout=2) as producer:
+            assert wait_for(lambda: producer.send(Message("Try", b"x")).status
+                            is SendStatus.SEND_OK, 20)
+            # Once the slave is in sync, it can take over.
+            assert wait_for(lambda: len(replica_info(controller).get("syncStateSet", [])) == 2,
+                            30)
+            route = fetch_route(namesrv, "Try").broker_addrs["broker-a"]
+            master = route.get(0) or route.get("0")
+            os.kill(pids[master], signal.SIGKILL)
+            began = time.monotonic()
+
+            def sends() -> bool:
+                try:
+                    return producer.send(Message("Try", b"y")).status is SendStatus.SEND_OK
+                except Exception:
+                    return False
+            assert wait_for(sends, 15)
+            assert time.monotonic() - began < 8
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        for pid in pids.values():  # every child is gone
+            assert not os.path.exists(f"/proc/{pid}") or \
+                open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
