@@ -175,6 +175,7 @@ class ReplicasManager:
         await cancel_tasks(self._tasks)
         self._tasks = []
         await self.client.close()
+        self.client = RemotingClient(self._notified)  # start() may be called again
 
     def lease_valid(self) -> bool:
         """Whether this master may take a write now."""

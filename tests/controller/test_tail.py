@@ -1,0 +1,69 @@
+"""A master that wrote what no replica acknowledged, then lost its group, cuts that tail when
+it comes back as a slave: its log becomes the new master's, byte for byte. Brokers and the
+controller run in one process here so the test can silence one broker's links at will."""
+
+from __future__ import annotations
+
+from rocketq import Message, Producer, SendStatus
+from rocketq.controller import Controller, ControllerConfig, RaftEngine
+
+from ..conftest import wait_for
+from ..servers import ServerThread
+from .test_controller import port_pair
+
+
+def test_a_master_that_wrote_alone_cuts_that_tail_when_it_rejoins(tmp_path):
+    st = ServerThread(tmp_path)
+    controller = None
+    try:
+        st.start_namesrv()
+        port = port_pair()
+        addr = f"127.0.0.1:{port}"
+
+        async def start_controller():
+            node = Controller(RaftEngine(addr, [addr]), "127.0.0.1", port, ControllerConfig(
+                scanNotActiveBrokerInterval=50, masterLeaseMillis=1000))
+            await node.start()
+            return node
+        controller = st.call(start_controller())
+        assert wait_for(controller.engine.is_leader, 10)
+        conf = dict(brokerName="broker-a", enableControllerMode=True, controllerAddr=addr,
+                    allAckInSyncStateSet=True, syncFlushTimeout=300,
+                    brokerHeartbeatInterval=200, controllerHeartBeatTimeoutMills=1000,
+                    checkSyncStateSetPeriod=200, syncBrokerMetadataPeriod=300)
+        a = st.start_broker("a", **conf)
+        b = st.start_broker("b", **conf)
+        assert a.replicas.is_master and not b.replicas.is_master
+        group = controller.engine.state.groups["broker-a"]
+        assert wait_for(lambda: group.sync_state_set == {1, 2}, 10)
+        st.create_topic("Tail", 1)
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            sent = [producer.send(Message("Tail", b"kept-%d" % i)) for i in range(20)]
+            assert {r.status for r in sent} == {SendStatus.SEND_OK}
+            st.call(b.ha_client.stop())  # b hears nothing more from a
+            alone = [producer.send(Message("Tail", b"alone-%d" % i)) for i in range(5)]
+        # Stored on a alone, and a said so: none was acknowledged as replicated.
+        assert {r.status for r in alone} <= {SendStatus.FLUSH_SLAVE_TIMEOUT,
+                                             SendStatus.SLAVE_NOT_AVAILABLE}
+        a_end, b_end = a.store.commitlog.max_offset, b.store.commitlog.max_offset
+        assert a_end > b_end
+        st.call(a.replicas.stop())  # a falls silent: its lease runs out, b is elected
+        assert wait_for(lambda: b.replicas.is_master, 10)
+        assert group.master_epoch == 2
+        assert not a.replicas.lease_valid()  # a takes no write meanwhile
+        st.call(a.replicas.start())  # a is back: it learns of epoch 2
+        assert wait_for(lambda: not a.replicas.is_master
+                        and a.store.commitlog.max_offset == b.store.commitlog.max_offset, 10)
+
+        def log_bytes(broker) -> bytes:
+            files = broker.store.commitlog.files.files
+            return b"".join(f.view[:f.wrote_position].tobytes() for f in files)
+        assert log_bytes(a) == log_bytes(b)
+        a.store.wait_dispatched(timeout=5)
+        bodies = [m.body for m in a.store.get_messages("Tail", 0, 0, 100).decode()]
+        assert bodies == [b"kept-%d" % i for i in range(20)]  # the lone tail is gone
+        assert a.replicas.epochs.entries == b.replicas.epochs.entries
+    finally:
+        if controller is not None:
+            st.call(controller.stop())
+        st.stop()
