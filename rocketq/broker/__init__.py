@@ -301,6 +301,10 @@ class Broker:
         needed = len(others) if cfg.allAckInSyncStateSet else min(len(others),
                                                                   cfg.inSyncReplicas - 1)
         self.ha_server.set_sync_members(others, needed)
+        # Consumers see no message a failover could take back: dispatch stops at the
+        # confirmOffset, and moves on as replicas acknowledge.
+        self.ha_server.on_confirm = self.store.dispatch_more
+        self.store.limit_dispatch(self.ha_server.confirm_offset if needed else None)
         await self.registration.register_all()
 
     async def _become_slave(self, role: Role) -> None:
@@ -310,6 +314,7 @@ class Broker:
         await self._stop_master_side()
         await self._stop_slave_side()
         self.store.set_role(SLAVE)
+        self.store.limit_dispatch(None)
         self.config.brokerId = self.replicas.broker_id
         try:
             theirs, their_end = await self.replicas.master_epochs(role.master_addr)

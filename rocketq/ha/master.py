@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import cast
 
 from ..store import MessageStore
@@ -161,6 +162,8 @@ class HAServer:
         #: and how many of them must hold a message before it is answered.
         self.sync_members: set[int] | None = None
         self.acks_needed = 0
+        #: Called when the waited-for position moves (the store dispatches up to it).
+        self.on_confirm: Callable[[], None] | None = None
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -228,6 +231,8 @@ class HAServer:
         if offset <= self.slave_acked:
             return
         self.slave_acked = offset
+        if self.on_confirm is not None:
+            self.on_confirm()
         if self._ack_waiters:
             still = []
             for target, fut in self._ack_waiters:
@@ -256,6 +261,13 @@ class HAServer:
         self.sync_members = members
         self.acks_needed = acks_needed
         self.acknowledged(0)
+
+    def confirm_offset(self) -> int:
+        """Controller mode: how far the log is safe from a failover (RocketMQ's
+        confirmOffset); the log's end when no replica needs to hold it first."""
+        if self.sync_members is None or self.acks_needed <= 0:
+            return self.store.commitlog.max_offset
+        return self.slave_acked
 
     def in_sync(self, max_lag: float) -> set[int]:
         """Controller mode: the slaves (by broker id) that held all this master had within

@@ -267,6 +267,8 @@ class DispatchRunner:
         self._schedule: Schedule | None = None
         self._schedule_thread = 0
         self._inline_pending = False
+        #: Where dispatch stops (controller mode's confirmOffset); None: the CommitLog's end.
+        self.limit: Callable[[], int] | None = None
 
     @property
     def reput_offset(self) -> int:
@@ -323,15 +325,21 @@ class DispatchRunner:
         self._schedule_thread = threading.get_ident() if schedule is not None else 0
         self._schedule = schedule
 
+    def end(self) -> int:
+        """How far dispatch may go: the CommitLog's end, or the limit if lower."""
+        end = self.commitlog.max_offset
+        limit = self.limit
+        return end if limit is None else min(end, limit())
+
     def _dispatch_inline(self) -> None:
         self._inline_pending = False
-        if self.dispatcher.reput_offset >= self.commitlog.max_offset:
+        if self.dispatcher.reput_offset >= self.end():
             return
         try:
             self.dispatch(wait=0)
         except Exception:
             log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
-        if self.dispatcher.reput_offset < self.commitlog.max_offset:
+        if self.dispatcher.reput_offset < self.end():
             self._event.set()  # the thread was busy, or failed: let it finish
 
     @contextlib.contextmanager
@@ -355,7 +363,7 @@ class DispatchRunner:
             return 0
         try:
             while True:
-                end = self.commitlog.max_offset
+                end = self.end()
                 if self.dispatcher.reput_offset >= end:
                     break
                 count, grown = self.dispatcher.run(end)
@@ -382,12 +390,12 @@ class DispatchRunner:
     def catch_up(self) -> None:
         """Dispatch what the CommitLog holds beyond the ConsumeQueues, unless the dispatcher
         is at it: a read right after a write then sees the write."""
-        if self.dispatcher.reput_offset < self.commitlog.max_offset:
+        if self.dispatcher.reput_offset < self.end():
             self.dispatch(wait=0.05)
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 5.0) -> bool:
         """Block until everything up to ``offset`` (default: the CommitLog end) is dispatched."""
-        target = self.commitlog.max_offset if offset is None else offset
+        target = self.end() if offset is None else offset
         deadline = time.monotonic() + timeout
         with self._dispatched:
             while self.reput_offset < target:

@@ -207,6 +207,16 @@ class MessageStore:
             raise StoreClosedError("the message store is closed")
         return self.commitlog.append_replica(offset, data)
 
+    def limit_dispatch(self, limit: Callable[[], int] | None) -> None:
+        """Dispatch no further than ``limit()`` (controller mode's confirmOffset: consumers
+        never see a message a failover could take back); None lifts it. Call
+        :meth:`dispatch_more` when the limit moves."""
+        self.dispatcher.limit = limit
+
+    def dispatch_more(self) -> None:
+        """The dispatch limit moved: dispatch up to it (inline on the appending thread)."""
+        self.dispatcher.on_append(self.commitlog.max_offset)
+
     def set_role(self, role: str) -> None:
         """Change this store's role (controller mode promotes and demotes brokers)."""
         if role not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
