@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-deps compare example clean
+.PHONY: run test test-deps lint bench bench-deps compare example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/rocketq standalone
 
-test: $(STAMP)
+# The etcd server the controller's etcd engine is tested against (Debian's etcd-server).
+test-deps:
+	@command -v etcd >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
+
+test: $(STAMP) test-deps
 	$(BIN)/ruff check rocketq tests benchmarks examples
 	$(BIN)/python -m pytest -q
 

@@ -65,18 +65,22 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
-    from ..controller import Controller, RaftEngine
+    from ..controller import Controller, EtcdEngine, RaftEngine
 
     stop = _stop_on_signal()
     addr = f"{args.host}:{args.port}"
     peers = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
-    if peers and addr not in peers:
-        raise ValueError(f"--peers must list this controller's own address {addr}")
-    controller = Controller(RaftEngine(addr, peers or [addr], args.data_dir), args.host,
-                            args.port)
+    if args.etcd:
+        engine: Any = EtcdEngine(addr, args.etcd)
+        how = f"etcd {args.etcd}"
+    else:
+        if peers and addr not in peers:
+            raise ValueError(f"--peers must list this controller's own address {addr}")
+        engine = RaftEngine(addr, peers or [addr], args.data_dir)
+        how = f"Raft peers: {', '.join(peers) or 'none'}"
+    controller = Controller(engine, args.host, args.port)
     await controller.start()
-    print(f"Controller listening on {controller.address} (Raft peers: "
-          f"{', '.join(peers) or 'none'})", flush=True)
+    print(f"Controller listening on {controller.address} ({how})", flush=True)
     await stop.wait()
     await controller.stop()
 
@@ -183,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", help="every controller node's host:port, ','-separated, this "
                                    "one included (default: this node alone)")
     p.add_argument("--data-dir", help="keep the Raft journal here (default: in memory)")
+    p.add_argument("--etcd", metavar="URL",
+                   help="keep the state in etcd (e.g. http://127.0.0.1:2379) instead of Raft "
+                        "among the controllers")
     p.set_defaults(func=_run_controller)
 
     def broker_options(p: argparse.ArgumentParser, standalone: bool) -> None:

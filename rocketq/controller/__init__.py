@@ -2,13 +2,13 @@
 
 A controller keeps, per broker group, the master, ``masterEpoch``, the SyncStateSet and the
 master's lease in a replicated state machine (``state``), run by an existing consensus engine
-(``engine``: embedded Raft from pysyncobj). ``server`` serves RocketMQ's controller requests,
-tracks broker heartbeats and elects a new master when one is gone.
+(``engine``: embedded Raft from pysyncobj, or etcd). ``server`` serves RocketMQ's controller
+requests, tracks broker heartbeats and elects a new master when one is gone.
 """
 
-from .engine import Engine, EngineError, RaftEngine
+from .engine import Engine, EngineError, EtcdEngine, RaftEngine
 from .server import Controller, ControllerConfig
 from .state import ControllerState, Group, Live, choose_master
 
 __all__ = ["Controller", "ControllerConfig", "ControllerState", "Engine", "EngineError",
-           "Group", "Live", "RaftEngine", "choose_master"]
+           "EtcdEngine", "Group", "Live", "RaftEngine", "choose_master"]

@@ -10,9 +10,13 @@ proposes changes with ``propose``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import time
 from typing import Any, Protocol
+
+import orjson
 
 from .state import ControllerState
 
@@ -141,3 +145,137 @@ class RaftEngine:
                 return await done
         except TimeoutError:
             raise EngineError(f"not committed within {timeout} s") from None
+
+
+class EtcdEngine:
+    """etcd as the consensus engine, through aetcd: the production option.
+
+    The state is one JSON value; every event is applied to the latest value and written back
+    in a transaction that succeeds only if nobody wrote in between (compare on the value's
+    ``mod_revision``), so events take effect one at a time, in one order, as a replicated log
+    gives. The deciding node holds a key under an etcd lease (``ttl`` seconds): it decides
+    only while the lease is fresh on its own clock, and another node can take the key only
+    once etcd has let the lease expire."""
+
+    def __init__(self, self_addr: str, endpoint: str, prefix: str = "/rocketq/controller",
+                 ttl: int = 2) -> None:
+        self.self_addr = self_addr
+        host_port = endpoint.split("://", 1)[-1].rstrip("/")
+        host, _, port = host_port.rpartition(":")
+        self.host, self.port = host or "127.0.0.1", int(port or 2379)
+        self.state_key = f"{prefix}/state".encode()
+        self.leader_key = f"{prefix}/leader".encode()
+        self.ttl = ttl
+        self.state = ControllerState()
+        self._revision = 0
+        self._client: Any = None
+        self._lease: Any = None
+        self._leading_until = 0.0
+        self._leader: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        import aetcd
+
+        self._client = aetcd.Client(self.host, self.port, timeout=3)
+        await self._refresh()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._campaign()), loop.create_task(self._follow())]
+        log.info("controller %s on etcd %s:%d", self.self_addr, self.host, self.port)
+
+    async def stop(self) -> None:
+        from ..remoting import cancel_tasks
+
+        await cancel_tasks(self._tasks)
+        self._tasks = []
+        if self._client is not None:
+            if self._lease is not None and self.is_leader():
+                with contextlib.suppress(Exception):
+                    await self._lease.revoke()  # hand over at once, not after the TTL
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+        self._leading_until = 0.0
+
+    def is_leader(self) -> bool:
+        return time.monotonic() < self._leading_until
+
+    def leader(self) -> str | None:
+        return self.self_addr if self.is_leader() else self._leader
+
+    async def _refresh(self) -> None:
+        got = await self._client.get(self.state_key)
+        if got is None:
+            self.state, self._revision = ControllerState(), 0
+        elif got.mod_revision != self._revision:
+            self.state = ControllerState.from_json(orjson.loads(got.value))
+            self._revision = got.mod_revision
+
+    async def _follow(self) -> None:
+        """Keep the local copy of the state fresh (reads never wait for etcd)."""
+        while True:
+            with contextlib.suppress(Exception):
+                await self._refresh()
+            await asyncio.sleep(0.1)
+
+    async def _campaign(self) -> None:
+        """Hold the leader key under a lease, or learn who does."""
+        tx = self._client.transactions
+        while True:
+            try:
+                began = time.monotonic()
+                if self.is_leader():
+                    await self._lease.refresh()
+                    self._leading_until = began + self.ttl * 2 / 3
+                else:
+                    self._lease = await self._client.lease(self.ttl)
+                    won, _ = await self._client.transaction(
+                        compare=[tx.create(self.leader_key) == 0],
+                        success=[tx.put(self.leader_key, self.self_addr.encode(),
+                                        lease=self._lease)],
+                        failure=[])
+                    if won:
+                        self._leading_until = began + self.ttl * 2 / 3
+                        log.info("controller %s leads (etcd)", self.self_addr)
+                    else:
+                        with contextlib.suppress(Exception):
+                            await self._lease.revoke()
+                        got = await self._client.get(self.leader_key)
+                        self._leader = got.value.decode() if got is not None else None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._leading_until = 0.0
+                log.warning("etcd unreachable from controller %s: %s", self.self_addr, exc)
+            await asyncio.sleep(self.ttl / 4)
+
+    async def propose(self, event: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:
+        if self._client is None:
+            raise EngineError("the engine is stopped")
+        tx = self._client.transactions
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    got = await self._client.get(self.state_key)
+                    revision = got.mod_revision if got is not None else 0
+                    state = (ControllerState.from_json(orjson.loads(got.value))
+                             if got is not None else ControllerState())
+                    result = state.apply(event)
+                    if "error" in result:  # nothing changed: nothing to write
+                        return result
+                    guard = (tx.mod(self.state_key) == revision if revision
+                             else tx.create(self.state_key) == 0)
+                    ok, _ = await self._client.transaction(
+                        compare=[guard],
+                        success=[tx.put(self.state_key, orjson.dumps(state.to_json()))],
+                        failure=[])
+                    if ok:
+                        self.state = state
+                        await self._refresh()
+                        return result
+        except TimeoutError:
+            raise EngineError(f"not committed within {timeout} s") from None
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise EngineError(f"etcd: {exc}") from exc

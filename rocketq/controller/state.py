@@ -98,6 +98,27 @@ class ControllerState:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
 
+    def to_json(self) -> dict[str, Any]:
+        """The whole state as JSON-able data (for engines that store a value, as etcd)."""
+        return {name: {"cluster": g.cluster, "brokers": {str(k): v for k, v in g.brokers.items()},
+                       "haAddrs": {str(k): v for k, v in g.ha_addrs.items()},
+                       "nextId": g.next_id, "masterId": g.master_id,
+                       "masterEpoch": g.master_epoch, "syncStateSet": sorted(g.sync_state_set),
+                       "syncStateSetEpoch": g.sync_state_set_epoch,
+                       "leaseUntil": g.lease_until_ms}
+                for name, g in self.groups.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ControllerState:
+        state = cls()
+        for name, g in data.items():
+            state.groups[name] = Group(
+                g["cluster"], name, {int(k): v for k, v in g["brokers"].items()},
+                {int(k): v for k, v in g.get("haAddrs", {}).items()}, g["nextId"],
+                g["masterId"], g["masterEpoch"], set(g["syncStateSet"]),
+                g["syncStateSetEpoch"], g["leaseUntil"])
+        return state
+
     def apply(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """Apply one event and return its result: the group's info, or ``{"error": code,
         "remark": why}``. Never raises for a well-formed event: it runs on every node."""

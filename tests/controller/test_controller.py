@@ -193,3 +193,56 @@ def test_three_controllers_survive_their_leader_stopping():
             for n in nodes:
                 await n.stop()
     asyncio.run(go())
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A real etcd server (Debian's etcd-server) on loopback ports."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.fail("etcd is not installed: `make test` installs Debian's etcd-server")
+    client_port, peer_port = port_pair(), port_pair()
+    url = f"http://127.0.0.1:{client_port}"
+    proc = subprocess.Popen(
+        [binary, "--data-dir", str(tmp_path / "etcd"), "--listen-client-urls", url,
+         "--advertise-client-urls", url, "--listen-peer-urls",
+         f"http://127.0.0.1:{peer_port}", "--initial-advertise-peer-urls",
+         f"http://127.0.0.1:{peer_port}", "--initial-cluster",
+         f"default=http://127.0.0.1:{peer_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", client_port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.slow
+def test_two_controllers_on_etcd_survive_their_leader_stopping(etcd):
+    from rocketq.controller import EtcdEngine
+
+    async def go():
+        nodes = []
+        for _ in range(2):
+            port = port_pair()
+            addr = f"127.0.0.1:{port}"
+            node = Controller(EtcdEngine(addr, etcd), "127.0.0.1", port, FAST)
+            await node.start()
+            nodes.append(node)
+        try:
+            await until(lambda: any(n.engine.is_leader() for n in nodes), 15)
+            await until(lambda: all(n.engine.leader() for n in nodes), 15)
+            await failover(nodes, stop_leader=True)
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(go())
