@@ -20,7 +20,7 @@ from rocketq.remoting import RemotingClient, run
 
 from ..cli.test_cli import SMALL_FILES, free_port, start, stop
 from ..conftest import fetch_route, wait_for
-from .test_controller import port_pair
+from .conftest import port_pair
 
 
 def replica_info(controller: str) -> dict:
@@ -38,14 +38,26 @@ def replica_info(controller: str) -> dict:
 
 
 class ControlledCluster:
-    def __init__(self, tmp_path, replicas: int = 3, extra: str = "") -> None:
+    """A NameServer, controller nodes (Raft among ``controllers`` of them, or one on
+    ``etcd``) and a broker group in controller mode, each its own process."""
+
+    def __init__(self, tmp_path, replicas: int = 3, extra: str = "", controllers: int = 1,
+                 etcd: str | None = None) -> None:
         self.tmp_path = tmp_path
         ns_port = free_port()
         self.namesrv = f"127.0.0.1:{ns_port}"
-        ctrl_port = port_pair()
-        self.controller = f"127.0.0.1:{ctrl_port}"
-        self.procs = [start(["namesrv", "--port", str(ns_port)], "listening"),
-                      start(["controller", "--port", str(ctrl_port)], "listening")]
+        self.procs = [start(["namesrv", "--port", str(ns_port)], "listening")]
+        ports = [port_pair() for _ in range(controllers)]
+        self.controllers = [f"127.0.0.1:{p}" for p in ports]
+        self.controller = self.controllers[0]
+        #: controller address -> process
+        self.controller_procs = {}
+        for addr, port in zip(self.controllers, ports, strict=True):
+            how = (["--etcd", etcd] if etcd else
+                   ["--peers", ",".join(self.controllers)] if controllers > 1 else [])
+            self.controller_procs[addr] = start(["controller", "--port", str(port), *how],
+                                                "listening")
+        self.procs += list(self.controller_procs.values())
         self.brokers: dict[str, object] = {}  # address -> process
         self.dirs: dict[str, object] = {}  # address -> store directory
         self.confs = []
@@ -55,12 +67,21 @@ class ControlledCluster:
             conf.write_text(
                 f"brokerName=broker-a\nnamesrvAddr={self.namesrv}\nlistenPort={port}\n"
                 f"storePathRootDir={tmp_path / f'b{i}'}\n{SMALL_FILES}"
-                f"enableControllerMode=true\ncontrollerAddr={self.controller}\n"
+                f"enableControllerMode=true\ncontrollerAddr={';'.join(self.controllers)}\n"
                 f"allAckInSyncStateSet=true\nflushDiskType=SYNC_FLUSH\n{extra}")
             self.confs.append(conf)
             self.dirs[f"127.0.0.1:{port}"] = tmp_path / f"b{i}"
             self.brokers[f"127.0.0.1:{port}"] = start(["broker", "-c", str(conf)],
                                                       "listening")
+
+    def replica_info(self) -> dict:
+        """The group as the first controller that answers sees it."""
+        for addr in self.controllers:
+            if self.controller_procs[addr].poll() is None:
+                info = replica_info(addr)
+                if info:
+                    return info
+        return {}
 
     def master(self) -> str | None:
         route = fetch_route(self.namesrv, "TBW102")
@@ -149,9 +170,11 @@ def test_a_paused_master_is_replaced_then_rejoins_as_a_slave(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["raft", "etcd"])
 def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_message(
-        tmp_path):
-    c = ControlledCluster(tmp_path)
+        tmp_path, engine, request):
+    etcd = request.getfixturevalue("etcd") if engine == "etcd" else None
+    c = ControlledCluster(tmp_path, etcd=etcd)
     try:
         assert wait_for(lambda: len(replica_info(c.controller).get("syncStateSet", [])) == 3,
                         30), replica_info(c.controller)
@@ -194,7 +217,7 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
         failover = killed_at[1] - killed_at[0]
         assert new_master != old_master
         assert failover < 5, f"the new master took {failover:.1f} s"
-        info = replica_info(c.controller)
+        info = c.replica_info()
         assert info["masterEpoch"] == "2"
         got = []
         with PullConsumer("reader", namesrv=c.namesrv, from_where="first") as consumer:
@@ -259,3 +282,44 @@ def test_rocketq_cluster_starts_everything_fails_over_and_stops_on_ctrl_c(tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_a_controller_node_killed_changes_nothing_for_the_brokers(tmp_path):
+    c = ControlledCluster(tmp_path, controllers=3)
+    sender = None
+    try:
+        assert wait_for(lambda: len(c.replica_info().get("syncStateSet", [])) == 3, 30)
+        master = c.master()
+        leader = None
+
+        def find_leader():
+            nonlocal leader
+            for addr in c.controllers:
+                async def ask(a=addr):
+                    client = RemotingClient()
+                    try:
+                        return await client.invoke(a, RemotingCommand.request(
+                            RequestCode.CONTROLLER_GET_METADATA_INFO), 3)
+                    finally:
+                        await client.close()
+                r = run(ask())
+                if r.ext_fields.get("isLeader") in ("true", "True"):
+                    leader = addr
+                    return True
+            return False
+        assert wait_for(find_leader, 10)
+        sender = Sender(c.namesrv, "Steady")
+        assert wait_for(lambda: len(sender.acked) >= 200, 30)
+        c.controller_procs[leader].send_signal(signal.SIGKILL)  # the Raft leader
+        count = len(sender.acked)
+        # Raft elects another controller leader well within the master's lease: the master
+        # keeps renewing it and keeps taking sends, and no broker election happens.
+        assert wait_for(lambda: len(sender.acked) >= count + 500, 30)
+        assert c.master() == master
+        info = c.replica_info()
+        assert info["masterEpoch"] == "1" and len(info["syncStateSet"]) == 3
+    finally:
+        if sender is not None:
+            sender.stop()
+        c.close()

@@ -9,7 +9,7 @@ from rocketq.controller import Controller, ControllerConfig, RaftEngine
 
 from ..conftest import wait_for
 from ..servers import ServerThread
-from .test_controller import port_pair
+from .conftest import port_pair
 
 
 def test_a_master_that_wrote_alone_cuts_that_tail_when_it_rejoins(tmp_path):

@@ -1,0 +1,53 @@
+"""Fixtures of the controller tests: loopback port pairs and a real etcd server."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+
+def port_pair() -> int:
+    """A port whose next one is free too (a controller's Raft port is its port + 1)."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no two free ports in a row")
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A real etcd server (Debian's etcd-server) on loopback ports."""
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.fail("etcd is not installed: `make test` installs Debian's etcd-server")
+    client_port, peer_port = port_pair(), port_pair()
+    url = f"http://127.0.0.1:{client_port}"
+    proc = subprocess.Popen(
+        [binary, "--data-dir", str(tmp_path / "etcd"), "--listen-client-urls", url,
+         "--advertise-client-urls", url, "--listen-peer-urls",
+         f"http://127.0.0.1:{peer_port}", "--initial-advertise-peer-urls",
+         f"http://127.0.0.1:{peer_port}", "--initial-cluster",
+         f"default=http://127.0.0.1:{peer_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", client_port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
