@@ -9,7 +9,10 @@ Each setup runs a NameServer and every broker in its own ``rocketq`` process, as
 deployed (loopback, ASYNC_FLUSH, data in a temporary directory); the producer runs here on
 rocketq's asyncio client with 128-byte messages and ``--window`` sends in flight. The setups
 take turns ``--repeat`` times and each figure is the median, with the spread, and the CPU
-cores the producer, the master and the slaves used.
+cores the producer, the master and the slaves used. Then, in controller mode (a controller
+and three replicas), the master is killed ``--kills`` times under a steady producer: the
+seconds until the new master takes a send, and how many acknowledged messages were lost or
+read twice.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -194,17 +198,163 @@ def one(setup: str, count: int, window: int) -> dict[str, float]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def controlled_group(directory: str, replicas: int = 3
+                     ) -> tuple[list[subprocess.Popen[str]], str, str, dict[str, str]]:
+    """A NameServer, a controller and a controller-mode group (every in-sync replica
+    acknowledges each send, SYNC_FLUSH), each its own process. Returns the processes, the
+    NameServer and controller addresses, and each broker's conf by address."""
+    procs: list[subprocess.Popen[str]] = []
+    ns_port = free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    procs.append(spawn(["namesrv", "--port", str(ns_port)], directory, "namesrv"))
+    while True:
+        ctrl_port = free_port()
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", ctrl_port + 1)) != 0:
+                break
+    controller = f"127.0.0.1:{ctrl_port}"
+    procs.append(spawn(["controller", "--port", str(ctrl_port)], directory, "controller"))
+    confs = {}
+    for i in range(replicas):
+        port = free_port()
+        conf = os.path.join(directory, f"replica-{i}.conf")
+        with open(conf, "w") as fh:
+            fh.write(f"brokerName=broker-a\nnamesrvAddr={namesrv}\nlistenPort={port}\n"
+                     f"haListenPort=0\nstorePathRootDir={os.path.join(directory, str(i))}\n"
+                     f"enableControllerMode=true\ncontrollerAddr={controller}\n"
+                     "allAckInSyncStateSet=true\nflushDiskType=SYNC_FLUSH\n"
+                     "mappedFileSizeCommitLog=67108864\nmaxHashSlotNum=100000\n"
+                     "maxIndexNum=400000\n")
+        confs[f"127.0.0.1:{port}"] = conf
+        procs.append(spawn(["broker", "-c", conf], directory, f"replica-{i}"))
+    return procs, namesrv, controller, confs
+
+
+def failovers(kills: int) -> dict[str, object]:
+    """Kill the master ``kills`` times (SIGKILL) while a producer sends without pause; each
+    time, the seconds until the new master took a send, and the killed broker restarted
+    (it rejoins as a slave). Then every acknowledged message is read back once."""
+    from rocketq import Message, Producer, PullConsumer, SendStatus
+
+    directory = tempfile.mkdtemp(prefix="rocketq-failover-bench-")
+    procs, namesrv, controller, confs = controlled_group(directory)
+    by_addr = {addr: procs[2 + i] for i, addr in enumerate(confs)}
+    acked: list[str] = []
+    last_ok = [0.0]
+    halt = threading.Event()
+
+    def produce() -> None:
+        with Producer("bench-failover", namesrv=namesrv, send_timeout=2, retries=1) as p:
+            for i in range(10_000_000):
+                if halt.is_set():
+                    return
+                try:
+                    r = p.send(Message("BenchFailover", b"%d" % i))
+                except Exception:
+                    time.sleep(0.02)
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    acked.append(r.msg_id)
+                    last_ok[0] = time.monotonic()
+                time.sleep(0.002)  # steady traffic, not a flood
+
+    def wait(check, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def in_sync() -> int:
+        return len(run(replica_info(controller)).get("syncStateSet", []))
+
+    times: list[float] = []
+    sender = threading.Thread(target=produce)
+    try:
+        if not wait(lambda: in_sync() == len(confs), 60):
+            raise RuntimeError("the group never got all its replicas in sync")
+        sender.start()
+        for _ in range(kills):
+            if not wait(lambda: len(acked) > 100 and in_sync() == len(confs), 60):
+                raise RuntimeError("the group did not recover its replicas")
+            master = run(master_addr(namesrv))
+            by_addr[master].kill()
+            by_addr[master].wait()
+            killed = time.monotonic()
+            if not wait(lambda k=killed: last_ok[0] > k, 30):
+                raise RuntimeError("no new master within 30 s")
+            times.append(last_ok[0] - killed)
+            index = list(confs).index(master)
+            by_addr[master] = spawn(["broker", "-c", confs[master]], directory,
+                                    f"replica-{index}")
+            procs[2 + index] = by_addr[master]
+        time.sleep(1)
+    finally:
+        halt.set()
+        if sender.is_alive():
+            sender.join(30)
+    try:
+        got: list[str] = []
+        with PullConsumer("bench-failover-reader", namesrv=namesrv,
+                          from_where="first") as consumer:
+            consumer.subscribe("BenchFailover")
+            consumer.start()
+            idle = time.monotonic()
+            while time.monotonic() - idle < 5 and len(got) < len(acked) * 2:
+                batch = consumer.poll(0.5)
+                if batch:
+                    idle = time.monotonic()
+                got.extend(m.msg_id for m in batch)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+    seen = set(got)
+    return {"failover_s": [round(t, 3) for t in times],
+            "failover_s_median": round(statistics.median(times), 3) if times else None,
+            "acked": len(acked), "lost": len(set(acked) - seen),
+            "duplicated": len(got) - len(seen)}
+
+
+async def replica_info(controller: str) -> dict:
+    from rocketq.protocol import RemotingCommand, RequestCode
+    from rocketq.remoting import RemotingClient
+
+    client = RemotingClient()
+    try:
+        r = await client.invoke(controller, RemotingCommand.request(
+            RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"}), 3)
+        return {**r.ext_fields, **json.loads(r.body or b"{}")} if r.code == 0 else {}
+    except Exception:
+        return {}
+    finally:
+        await client.close()
+
+
+async def master_addr(namesrv: str) -> str:
+    return (await broker_addrs(namesrv, "BenchFailover"))[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--count", type=int, default=20_000, help="messages per setup and run")
     parser.add_argument("--window", type=int, default=256, help="sends in flight")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each setup, in turns")
+    parser.add_argument("--kills", type=int, default=10,
+                        help="failovers to measure in controller mode (0: none)")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in SETUPS}
     for _ in range(args.repeat):
         for name in SETUPS:
             runs[name].append(one(name, args.count, args.window))
+    failover = failovers(args.kills) if args.kills else {}
 
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[name])
@@ -223,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in SETUPS:
         for who in ("producer", "master", "slave"):
             out[f"{name}_{who}_cores"] = round(med(name, f"{who}_cores"), 2)
+    out.update(failover)  # type: ignore[arg-type]
     if args.json:
         print(json.dumps(out))
         return 0
@@ -238,6 +389,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{med(name, 'master_cores'):.2f}/{med(name, 'slave_cores'):.2f}")
     print(f"SYNC_MASTER / single: {out['sync_master_vs_single']} (target at least 0.7); "
           f"SYNC_MASTER / ASYNC_MASTER: {out['sync_master_vs_async_master']}")
+    if failover:
+        times = failover["failover_s"]
+        print(f"failover (controller mode, 3 replicas, {len(times)} kills): median "
+              f"{failover['failover_s_median']} s, min {min(times)} s, max {max(times)} s "
+              "(target: median under 5 s); acknowledged "
+              f"{failover['acked']}, lost {failover['lost']}, read twice "
+              f"{failover['duplicated']}")
     return 0
 
 
