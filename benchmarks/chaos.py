@@ -1,0 +1,225 @@
+"""Chaos under load: random SIGKILL and SIGSTOP of masters, slaves and controller nodes of a
+controller-mode broker group while a producer sends without pause; at the end, how many
+acknowledged messages were lost and how many were read twice.
+
+    python benchmarks/chaos.py                  # 20 faults, a table
+    python benchmarks/chaos.py --kills 5 --json # one JSON object
+
+Three controller nodes (Raft) and three replicas (every in-sync replica acknowledges each
+send, SYNC_FLUSH), each its own process on loopback. Each fault picks a victim (the master,
+a slave or a controller node) and a signal: SIGKILL, then a restart a few seconds later, or
+SIGSTOP for a few seconds, then SIGCONT. Bounded: ``--kills`` faults, each at most 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ha_bench import broker_addrs, free_port, replica_info, spawn  # noqa: E402
+
+from rocketq.remoting import run  # noqa: E402
+
+
+def port_pair() -> int:
+    """A free port whose next one is free too (a controller's Raft port)."""
+    import socket
+
+    while True:
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+
+
+class Group:
+    """The processes under test, and how to start each again."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        ns_port = free_port()
+        self.namesrv = f"127.0.0.1:{ns_port}"
+        self.ns = spawn(["namesrv", "--port", str(ns_port)], directory, "namesrv")
+        ports = [port_pair() for _ in range(3)]
+        self.controllers = [f"127.0.0.1:{p}" for p in ports]
+        #: name -> (argv, process)
+        self.members: dict[str, tuple[list[str], subprocess.Popen[str]]] = {}
+        for i, port in enumerate(ports):
+            argv = ["controller", "--port", str(port), "--peers", ",".join(self.controllers)]
+            self.members[f"controller-{i}"] = (argv, spawn(argv, directory, f"controller-{i}"))
+        self.broker_names: dict[str, str] = {}  # address -> member name
+        for i in range(3):
+            port = free_port()
+            conf = os.path.join(directory, f"replica-{i}.conf")
+            with open(conf, "w") as fh:
+                fh.write(f"brokerName=broker-a\nnamesrvAddr={self.namesrv}\nlistenPort={port}\n"
+                         f"haListenPort=0\nstorePathRootDir={os.path.join(directory, str(i))}\n"
+                         f"enableControllerMode=true\ncontrollerAddr="
+                         f"{';'.join(self.controllers)}\nallAckInSyncStateSet=true\n"
+                         "flushDiskType=SYNC_FLUSH\nmappedFileSizeCommitLog=67108864\n"
+                         "maxHashSlotNum=100000\nmaxIndexNum=400000\n")
+            argv = ["broker", "-c", conf]
+            self.members[f"replica-{i}"] = (argv, spawn(argv, directory, f"replica-{i}"))
+            self.broker_names[f"127.0.0.1:{port}"] = f"replica-{i}"
+
+    def info(self) -> dict:
+        for addr in self.controllers:
+            got = run(replica_info(addr))
+            if got:
+                return got
+        return {}
+
+    def master(self) -> str | None:
+        try:
+            addr = run(broker_addrs(self.namesrv, "Chaos")).get(0)
+        except Exception:
+            return None
+        return self.broker_names.get(addr) if addr else None
+
+    def restart(self, name: str) -> None:
+        argv, proc = self.members[name]
+        if proc.poll() is None:
+            return
+        self.members[name] = (argv, spawn(argv, self.directory, name))
+
+    def stop(self) -> None:
+        for _, proc in reversed(list(self.members.values())):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for _, proc in self.members.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.ns.terminate()
+        self.ns.wait(30)
+
+
+def chaos(kills: int, seed: int, quiet: bool) -> dict[str, object]:
+    from rocketq import Message, Producer, PullConsumer, SendStatus
+
+    rng = random.Random(seed)
+    directory = tempfile.mkdtemp(prefix="rocketq-chaos-")
+    group = Group(directory)
+    acked: list[str] = []
+    halt = threading.Event()
+
+    def produce() -> None:
+        with Producer("chaos", namesrv=group.namesrv, send_timeout=2, retries=1) as p:
+            for i in range(10_000_000):
+                if halt.is_set():
+                    return
+                try:
+                    r = p.send(Message("Chaos", b"%d" % i))
+                except Exception:
+                    time.sleep(0.02)
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    acked.append(r.msg_id)
+                time.sleep(0.002)
+
+    def wait(check, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return True
+            time.sleep(0.1)
+        return False
+
+    faults: list[str] = []
+    sender = threading.Thread(target=produce)
+    try:
+        if not wait(lambda: len(group.info().get("syncStateSet", [])) == 3, 60):
+            raise RuntimeError("the group never got its replicas in sync")
+        sender.start()
+        for n in range(kills):
+            # Each fault starts from a whole group, so it tests one failure at a time.
+            wait(lambda: len(group.info().get("syncStateSet", [])) == 3, 30)
+            kind = rng.choice(["master", "slave", "controller"])
+            if kind == "master":
+                name = group.master() or "replica-0"
+            elif kind == "slave":
+                master = group.master()
+                name = rng.choice([m for m in group.members
+                                   if m.startswith("replica") and m != master])
+            else:
+                name = rng.choice([m for m in group.members if m.startswith("controller")])
+            sig = rng.choice(["SIGKILL", "SIGSTOP"])
+            pause = rng.uniform(1.0, 4.0)
+            _, proc = group.members[name]
+            before = len(acked)
+            if sig == "SIGKILL":
+                proc.kill()
+                proc.wait()
+                time.sleep(pause)
+                group.restart(name)
+            else:
+                proc.send_signal(signal.SIGSTOP)
+                time.sleep(pause)
+                proc.send_signal(signal.SIGCONT)
+            resumed = wait(lambda b=before: len(acked) > b, 30)
+            faults.append(f"{sig} {kind} {name} for {pause:.1f} s"
+                          + ("" if resumed else " (sends did not resume within 30 s)"))
+            if not quiet:
+                print(f"{n + 1:3}. {faults[-1]}; acknowledged so far {len(acked)}",
+                      file=sys.stderr, flush=True)
+        time.sleep(1)
+    finally:
+        halt.set()
+        if sender.is_alive():
+            sender.join(30)
+    try:
+        wait(lambda: len(group.info().get("syncStateSet", [])) >= 1, 30)
+        got: list[str] = []
+        with PullConsumer("chaos-reader", namesrv=group.namesrv,
+                          from_where="first") as consumer:
+            consumer.subscribe("Chaos")
+            consumer.start()
+            idle = time.monotonic()
+            while time.monotonic() - idle < 5 and len(got) < 2 * len(acked) + 10:
+                batch = consumer.poll(0.5)
+                if batch:
+                    idle = time.monotonic()
+                got.extend(m.msg_id for m in batch)
+    finally:
+        group.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    seen = set(got)
+    return {"kills": len(faults), "acked": len(acked), "lost": len(set(acked) - seen),
+            "duplicated": len(got) - len(seen), "faults": faults}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20, help="faults to inject (default 20)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: time)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else int(time.time())
+    result = chaos(args.kills, seed, quiet=args.json)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "faults"} | {"seed": seed}))
+        return 0
+    print(f"chaos, seed {seed}: {result['kills']} faults; acknowledged {result['acked']}, "
+          f"lost {result['lost']}, read twice {result['duplicated']}")
+    return 0 if result["lost"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
