@@ -155,6 +155,7 @@ class Broker:
             RequestCode.GET_ALL_DELAY_OFFSET: lambda conn, cmd: cmd.response(
                 body=orjson.dumps(self.schedule.wrapper())),
             RequestCode.GET_BROKER_EPOCH_CACHE: self.epoch_cache,
+            RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._role_changed,
         }
         for part in (self.client_requests, self.send_back, self.offset_requests,
                      self.message_queries, self.admin, self.consumer_calls):
@@ -195,8 +196,10 @@ class Broker:
             self.store.set_role(SLAVE)
             self._writer.may_write = self._lease_valid
             # The HA port is open from the start, so the controller can tell slaves where
-            # it is the moment this broker is elected.
+            # it is the moment this broker is elected; it serves them only once it is.
             await self._open_ha_port()
+            assert self.ha_server is not None
+            self.ha_server.serving = False
             self.replicas = ReplicasManager(
                 self.config, self.store_config.storePathRootDir, lambda: self.address,
                 lambda: self.registration.ha_server_addr,
@@ -226,6 +229,8 @@ class Broker:
         deliveries (a slave's come from its master's log)."""
         assert self.loop is not None and self.store is not None and self._writer is not None
         await self._open_ha_port()
+        assert self.ha_server is not None
+        self.ha_server.serving = True
         waits = self.store_config.brokerRole == SYNC_MASTER or self.replicas is not None
         self._writer.replicas = self.ha_server if waits else None
         if not self._role_tasks:
@@ -258,9 +263,11 @@ class Broker:
                           hello: int | None = None) -> None:
         """Follow a master's log and copy its metadata."""
         assert self.loop is not None and self.store is not None
-        self.ha_client = HAClient(
-            self.store, master_ha_addr,
-            min(5.0, self.store_config.haSendHeartbeatInterval / 1000), hello=hello)
+        # A controller-mode slave may hear of its new master before that one serves: it
+        # tries again soon rather than after a heartbeat interval.
+        retry = min(5.0, self.store_config.haSendHeartbeatInterval / 1000)
+        self.ha_client = HAClient(self.store, master_ha_addr,
+                                  retry if hello is None else min(retry, 0.3), hello=hello)
         self.ha_client.start()
         client = self.ha_client
         self.pull.slave_serves = lambda: (self.config.slaveReadEnable
@@ -335,6 +342,11 @@ class Broker:
         self.registration.master_addr = role.master_addr
         await self.registration.register_all()
 
+    def _role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED, pushed by a controller after an election (oneway)."""
+        if self.replicas is not None:
+            self.replicas.notified(conn, cmd)
+
     def epoch_cache(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_EPOCH_CACHE: this broker's epochs and CommitLog end."""
         if self.replicas is None or self.store is None:
@@ -400,8 +412,12 @@ class Broker:
     def runtime_info(self) -> dict[str, str]:
         """The GET_BROKER_RUNTIME_INFO table, from the stats, the store, and the sends,
         pulls and delayed messages waiting."""
-        return _runtime_info(self.stats, self.store, self.send.queued,  # type: ignore[arg-type]
-                             self.pull.held, self.schedule.offsets)
+        table = _runtime_info(self.stats, self.store,  # type: ignore[arg-type]
+                              self.send.queued, self.pull.held, self.schedule.offsets)
+        if self.replicas is not None and self.replicas.role is not None:
+            # Controller mode (not in RocketMQ's table): the epoch this broker's role is from.
+            table["masterEpoch"] = str(self.replicas.role.master_epoch)
+        return table
 
     # ================================================================== dispatch
     def handle(self, conn: Connection, cmd: RemotingCommand):

@@ -128,7 +128,7 @@ class ReplicasManager:
         self._become_slave = become_slave
         self.max_offset = max_offset
         self.in_sync = in_sync
-        self.client = RemotingClient(self._notified)
+        self.client = RemotingClient(self.notified)
         self.identity_path = os.path.join(store_root, "brokerIdentity")
         self.epochs = EpochFile(os.path.join(store_root, "epochFileCheckpoint"))
         self.broker_id = self._load_identity()
@@ -175,7 +175,7 @@ class ReplicasManager:
         await cancel_tasks(self._tasks)
         self._tasks = []
         await self.client.close()
-        self.client = RemotingClient(self._notified)  # start() may be called again
+        self.client = RemotingClient(self.notified)  # start() may be called again
 
     def lease_valid(self) -> bool:
         """Whether this master may take a write now."""
@@ -261,14 +261,17 @@ class ReplicasManager:
     async def _heartbeats(self) -> None:
         while True:
             if self.broker_id > 0:
-                await self._heartbeat_once()
+                try:
+                    await self._heartbeat_once()
+                except Exception:  # never let one bad round end the heartbeats
+                    log.exception("heartbeat to the controller failed")
             await asyncio.sleep(self.config.brokerHeartbeatInterval / 1000)
 
     async def _poll(self) -> None:
         """GET_REPLICA_INFO every ``syncBrokerMetadataPeriod``: catches a notice lost."""
         while True:
             await asyncio.sleep(self.config.syncBrokerMetadataPeriod / 1000)
-            with contextlib.suppress(RemotingError, OSError, ValueError, KeyError):
+            try:
                 if self.role is None:
                     await self._join()
                     continue
@@ -278,6 +281,10 @@ class ReplicasManager:
                     await self.apply(_role(r))
                 elif r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
                     await self._join()
+            except (RemotingError, OSError, ValueError, KeyError) as exc:
+                log.info("controller poll failed: %s", exc)
+            except Exception:  # never let one bad round end the polling
+                log.exception("applying the controller's answer failed")
 
     async def _report_sync_state_set(self) -> None:
         """A master: tell the controller who keeps up (RocketMQ's checkSyncStateSet)."""
@@ -298,7 +305,7 @@ class ReplicasManager:
                 if r.code == ResponseCode.SUCCESS:
                     await self.apply(_role(r), sync_state_set_only=True)
 
-    def _notified(self, conn: Any, cmd: RemotingCommand) -> None:
+    def notified(self, conn: Any, cmd: RemotingCommand) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED from a controller."""
         if cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
             with contextlib.suppress(KeyError, ValueError):

@@ -212,7 +212,8 @@ async def cluster_list(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         info = await _cluster_info(instance)
         print(f"{'cluster':<18} {'broker':<16} {'id':>3} {'address':<22} {'role':<13} "
-              f"{'version':<16} {'put':>10} {'get':>10} {'max offset':>14} {'lag':>10}")
+              f"{'epoch':>5} {'version':<16} {'put':>10} {'get':>10} {'max offset':>14} "
+              f"{'lag':>10}")
         for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
             for name in sorted(names):
                 data = info["brokerAddrTable"].get(name, {})
@@ -234,6 +235,7 @@ async def cluster_list(args: argparse.Namespace) -> int:
                     lag = ("-" if bid == 0 or master_max is None or max_offset == "-"
                            else str(max(0, int(master_max) - int(max_offset))))
                     print(f"{cluster:<18} {name:<16} {bid:>3} {addr:<22} {role:<13} "
+                          f"{table.get('masterEpoch', '-'):>5} "
                           f"{table.get('brokerVersionDesc', '-'):<16} "
                           f"{table.get('msgPutTotalTodayNow', '-'):>10} "
                           f"{table.get('msgGetTotalTodayNow', '-'):>10} {max_offset:>14} "

@@ -51,6 +51,11 @@ class HAConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if not self.server.serving:
+            # Controller mode: not master (yet); a slave told early comes back shortly.
+            log.info("slave %s turned away: this broker is not master now", self.peer)
+            self.transport.abort()
+            return
         self.server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._transfer())
         log.info("slave %s connected", self.peer)
@@ -78,6 +83,8 @@ class HAConnection(asyncio.Protocol):
         self.server.acknowledged(offset)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self not in self.server.connections:
+            return  # turned away, never served
         self.server.connections.discard(self)
         if self._task is not None:
             self._task.cancel()
@@ -155,6 +162,9 @@ class HAServer:
         self.host = host
         self.port = port
         self.connections: set[HAConnection] = set()
+        #: Whether slaves are served: always for a 4.x master; in controller mode only
+        #: while this broker is its group's master.
+        self.serving = True
         #: The offset SYNC_MASTER sends wait for: in 4.x, the highest any slave acknowledged
         #: (RocketMQ's push2SlaveMaxOffset); in controller mode, the confirmOffset.
         self.slave_acked = 0
@@ -203,7 +213,8 @@ class HAServer:
 
     def drop_links(self) -> None:
         """Close every slave's link (this broker stopped being master) and release waiting
-        sends; the port stays open."""
+        sends; the port stays open but turns slaves away until ``serving`` is set again."""
+        self.serving = False
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()

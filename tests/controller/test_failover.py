@@ -99,6 +99,11 @@ class ControlledCluster:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
             stop(proc)
+        import os as _os
+        if _os.environ.get("DUMP_LOGS"):
+            for addr, proc in self.brokers.items():
+                with open(f"/tmp/broker-{addr.replace(':', '_')}.log", "w") as fh:
+                    fh.write(proc.stderr.read())
 
 
 class Sender:
@@ -172,7 +177,7 @@ def test_a_paused_master_is_replaced_then_rejoins_as_a_slave(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["raft", "etcd"])
 def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_message(
-        tmp_path, engine, request):
+        tmp_path, engine, request, capsys):
     etcd = request.getfixturevalue("etcd") if engine == "etcd" else None
     c = ControlledCluster(tmp_path, etcd=etcd)
     try:
@@ -227,6 +232,16 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
         ids = [m.msg_id for m in got]
         assert not set(acked) - set(ids), f"{len(set(acked) - set(ids))} acknowledged lost"
         assert len(ids) == len(set(ids)), "a message was read twice"
+        # The admin view: the new master (id 0) and the live slave, both at epoch 2.
+        from rocketq.cli import main
+
+        def admin_rows() -> set[tuple[bool, str, str]]:
+            capsys.readouterr()
+            assert main(["admin", "--namesrv", c.namesrv, "cluster", "list"]) == 0
+            rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+            return {(int(r[2]) == 0, r[4], r[5]) for r in rows}
+        assert wait_for(lambda: admin_rows() == {(True, "SYNC_MASTER", "2"),
+                                                 (False, "SLAVE", "2")}, 5), admin_rows()
     finally:
         c.close()
 
