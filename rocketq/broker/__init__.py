@@ -192,8 +192,10 @@ class Broker:
         self._writer = StoreWriter(self.store)
         controlled = self.config.enableControllerMode
         if controlled:
-            # Fenced until the controller says which role this broker has.
+            # Fenced, and not in the routes, until the controller says which role this
+            # broker has.
             self.store.set_role(SLAVE)
+            self.registration.paused = True
             self._writer.may_write = self._lease_valid
             # The HA port is open from the start, so the controller can tell slaves where
             # it is the moment this broker is elected; it serves them only once it is.
@@ -312,6 +314,7 @@ class Broker:
         # confirmOffset, and moves on as replicas acknowledge.
         self.ha_server.on_confirm = self.store.dispatch_more
         self.store.limit_dispatch(self.ha_server.confirm_offset if needed else None)
+        self.registration.paused = False
         await self.registration.register_all()
 
     async def _become_slave(self, role: Role) -> None:
@@ -340,6 +343,7 @@ class Broker:
             self.replicas.epochs.replace(theirs)
         self._start_slave_side(lambda: role.master_ha_addr, hello=self.replicas.broker_id)
         self.registration.master_addr = role.master_addr
+        self.registration.paused = False
         await self.registration.register_all()
 
     def _role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:

@@ -40,6 +40,10 @@ class Registration:
         #: What the NameServers answer a slave: its master's address and HA port.
         self.master_addr = ""
         self.master_ha_addr = ""
+        #: Controller mode: no registration until the controller said which role (and so
+        #: which brokerId) this broker has; registering as id 0 before would displace the
+        #: group's master in the routes.
+        self.paused = False
 
     def start(self) -> None:
         """From now on a change of the topics registers at once (see ``soon``)."""
@@ -69,6 +73,8 @@ class Registration:
 
     async def register_all(self) -> None:
         """REGISTER_BROKER with the topic table to every NameServer, concurrently."""
+        if self.paused:
+            return
         body = orjson.dumps({"topicConfigSerializeWrapper": self.topics.register_body(
                                  self.config.brokerPermission),
                              "filterServerList": []})

@@ -245,10 +245,11 @@ class ReplicasManager:
                   "maxOffset": self.max_offset(), "confirmOffset": self.max_offset(),
                   "heartbeatTimeoutMills": self.config.controllerHeartBeatTimeoutMills,
                   "electionPriority": self.config.brokerElectionPriority}
-        cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, fields)
         sent = time.monotonic()
 
         async def one(addr: str) -> None:
+            # A command of its own for each controller: a request carries its own opaque.
+            cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, fields)
             with contextlib.suppress(RemotingError, OSError):
                 r = await self.client.invoke(addr, cmd, 1.0)
                 lease = r.ext_fields.get("leaseMillis")

@@ -180,7 +180,7 @@ class ClientInstance:
             raise ClientError(f"No route info of this topic: {topic} (and no "
                               f"{AUTO_CREATE_TOPIC_KEY} for auto-creation)")
         for name, addrs in default.broker_addrs.items():
-            self.broker_addrs.setdefault(name, addrs)
+            self.broker_addrs[name] = addrs  # as fresh as any: a master may have changed
         queues: list[MessageQueue] = []
         for q in default.queue_datas:
             n = min(default_queue_nums, int(q.get("writeQueueNums", 0)))

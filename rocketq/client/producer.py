@@ -296,9 +296,11 @@ class AsyncProducer:
                 last_error, last_broker = exc, mq.broker_name
                 if isinstance(exc, BrokerError) and exc.code == ResponseCode.TOPIC_NOT_EXIST:
                     self.instance.routes.pop(topic, None)
-                elif not isinstance(exc, BrokerError) and queue is None:
-                    # The broker may be gone (its master down): learn the route now, not at
-                    # the next 30 s poll, so the retry goes to a group that has a master.
+                elif (not isinstance(exc, BrokerError)
+                      or exc.code == ResponseCode.SERVICE_NOT_AVAILABLE):
+                    # The broker may be gone, or no longer its group's master (a failover):
+                    # learn the route now, not at the next 30 s poll, so the retry goes to
+                    # the group's new master or to a group that has one.
                     with contextlib.suppress(RemotingError, OSError, ClientError):
                         await self.instance.update_route(topic)
                 if not retriable or selector is not None or queue is not None:

@@ -314,19 +314,19 @@ class Controller:
         if group is None:
             return
         info = group.info()
-        cmd = RemotingCommand.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {
-            "masterAddress": info["masterAddress"], "masterEpoch": info["masterEpoch"],
-            "masterHaAddress": info["masterHaAddress"],
-            "syncStateSetEpoch": info["syncStateSetEpoch"],
-            "masterBrokerId": info["masterBrokerId"]},
-            body=orjson.dumps({"syncStateSet": info["syncStateSet"],
-                               "syncStateSetEpoch": info["syncStateSetEpoch"],
-                               "brokerAddrs": info["brokerAddrs"]}))
+        header = {"masterAddress": info["masterAddress"], "masterEpoch": info["masterEpoch"],
+                  "masterHaAddress": info["masterHaAddress"],
+                  "syncStateSetEpoch": info["syncStateSetEpoch"],
+                  "masterBrokerId": info["masterBrokerId"]}
+        body = orjson.dumps({"syncStateSet": info["syncStateSet"],
+                             "syncStateSetEpoch": info["syncStateSetEpoch"],
+                             "brokerAddrs": info["brokerAddrs"]})
         loop = asyncio.get_running_loop()
         for broker_id in self._live(name, _now_ms()):
             addr = group.brokers.get(broker_id)
-            if addr:
-                loop.create_task(self._send_quietly(addr, cmd))
+            if addr:  # a command each: every request carries its own opaque
+                loop.create_task(self._send_quietly(addr, RemotingCommand.request(
+                    RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header, body=body)))
 
     async def _send_quietly(self, addr: str, cmd: RemotingCommand) -> None:
         with contextlib.suppress(Exception):

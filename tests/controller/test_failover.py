@@ -99,11 +99,6 @@ class ControlledCluster:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
             stop(proc)
-        import os as _os
-        if _os.environ.get("DUMP_LOGS"):
-            for addr, proc in self.brokers.items():
-                with open(f"/tmp/broker-{addr.replace(':', '_')}.log", "w") as fh:
-                    fh.write(proc.stderr.read())
 
 
 class Sender:
