@@ -274,9 +274,12 @@ class Broker:
         client = self.ha_client
         self.pull.slave_serves = lambda: (self.config.slaveReadEnable
                                           or client.connected_to is None)
+        # Controller mode copies every 3 s, as RocketMQ 5 does: a slave may become master at
+        # any moment, and its consumer offsets are then what groups continue from.
         self.slave_sync = SlaveSync(
             self.namesrv_client, lambda: self.registration.master_addr, self.topics,
-            self.offsets, self.schedule, self.subscription_groups)
+            self.offsets, self.schedule, self.subscription_groups,
+            interval=10.0 if hello is None else 3.0)
         self._slave_task = self.loop.create_task(self.slave_sync.run())
 
     async def _stop_slave_side(self) -> None:

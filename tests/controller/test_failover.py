@@ -128,12 +128,14 @@ class Sender:
         self.thread.join(30)
 
 
-def read_ids(namesrv: str, topic: str, expected: int) -> list[str]:
+def read_ids(namesrv: str, topic: str, expected: int, group: str = "reader") -> list[str]:
+    """What ``group`` reads of ``topic`` (up to ``expected``), committing its offsets."""
     got = []
-    with PullConsumer("reader", namesrv=namesrv, from_where="first") as consumer:
+    with PullConsumer(group, namesrv=namesrv, from_where="first") as consumer:
         consumer.subscribe(topic)
         consumer.start()
         wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= expected, 30)
+        consumer.commit()
     return [m.msg_id for m in got]
 
 
@@ -205,6 +207,11 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
         sender.start()
         try:
             assert wait_for(lambda: len(acked) >= 300, 30)
+            # A group reads what is there and commits; its offsets reach the slaves with
+            # their next metadata copy (every 3 s in controller mode).
+            before = read_ids(c.namesrv, "Failover", len(acked), group="cg")
+            assert len(before) >= 300
+            time.sleep(4)
             c.brokers[old_master].send_signal(signal.SIGKILL)
             killed_at.append(time.monotonic())
             assert wait_for(lambda: len(killed_at) == 2, 20), "no send succeeded after the kill"
@@ -227,6 +234,10 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
         ids = [m.msg_id for m in got]
         assert not set(acked) - set(ids), f"{len(set(acked) - set(ids))} acknowledged lost"
         assert len(ids) == len(set(ids)), "a message was read twice"
+        # The group's offsets survived: it goes on after what it had read, not from the start.
+        after = read_ids(c.namesrv, "Failover", len(acked) - len(before), group="cg")
+        assert not set(after) & set(before), "the group read again what it had committed"
+        assert set(before) | set(after) >= set(acked)
         # The admin view: the new master (id 0) and the live slave, both at epoch 2.
         from rocketq.cli import main
 
