@@ -22,12 +22,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ha_bench import broker_addrs, free_port, replica_info, spawn  # noqa: E402
+from ha_bench import (  # noqa: E402
+    SteadySender,
+    broker_addrs,
+    free_port,
+    read_back,
+    replica_info,
+    spawn,
+    stop_all,
+    wait_until,
+)
 
 from rocketq.remoting import run  # noqa: E402
 
@@ -97,112 +105,64 @@ class Group:
         self.members[name] = (argv, spawn(argv, self.directory, name))
 
     def stop(self) -> None:
-        for _, proc in reversed(list(self.members.values())):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-        for _, proc in self.members.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.ns.terminate()
-        self.ns.wait(30)
+        stop_all([self.ns] + [proc for _, proc in self.members.values()])
 
 
 def chaos(kills: int, seed: int, quiet: bool) -> dict[str, object]:
-    from rocketq import Message, Producer, PullConsumer, SendStatus
-
     rng = random.Random(seed)
     directory = tempfile.mkdtemp(prefix="rocketq-chaos-")
     group = Group(directory)
-    acked: list[str] = []
-    halt = threading.Event()
+    sender = SteadySender(group.namesrv, "Chaos", "chaos")
 
-    def produce() -> None:
-        with Producer("chaos", namesrv=group.namesrv, send_timeout=2, retries=1) as p:
-            for i in range(10_000_000):
-                if halt.is_set():
-                    return
-                try:
-                    r = p.send(Message("Chaos", b"%d" % i))
-                except Exception:
-                    time.sleep(0.02)
-                    continue
-                if r.status is SendStatus.SEND_OK:
-                    acked.append(r.msg_id)
-                time.sleep(0.002)
-
-    def wait(check, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            time.sleep(0.1)
-        return False
+    def whole() -> bool:
+        return len(group.info().get("syncStateSet", [])) == 3
 
     faults: list[str] = []
-    sender = threading.Thread(target=produce)
     try:
-        if not wait(lambda: len(group.info().get("syncStateSet", [])) == 3, 60):
-            raise RuntimeError("the group never got its replicas in sync")
-        sender.start()
-        for n in range(kills):
-            # Each fault starts from a whole group, so it tests one failure at a time.
-            wait(lambda: len(group.info().get("syncStateSet", [])) == 3, 30)
-            kind = rng.choice(["master", "slave", "controller"])
-            if kind == "master":
-                name = group.master() or "replica-0"
-            elif kind == "slave":
-                master = group.master()
-                name = rng.choice([m for m in group.members
-                                   if m.startswith("replica") and m != master])
-            else:
-                name = rng.choice([m for m in group.members if m.startswith("controller")])
-            sig = rng.choice(["SIGKILL", "SIGSTOP"])
-            pause = rng.uniform(1.0, 4.0)
-            _, proc = group.members[name]
-            before = len(acked)
-            if sig == "SIGKILL":
-                proc.kill()
-                proc.wait()
-                time.sleep(pause)
-                group.restart(name)
-            else:
-                proc.send_signal(signal.SIGSTOP)
-                time.sleep(pause)
-                proc.send_signal(signal.SIGCONT)
-            resumed = wait(lambda b=before: len(acked) > b, 30)
-            faults.append(f"{sig} {kind} {name} for {pause:.1f} s"
-                          + ("" if resumed else " (sends did not resume within 30 s)"))
-            if not quiet:
-                print(f"{n + 1:3}. {faults[-1]}; acknowledged so far {len(acked)}",
-                      file=sys.stderr, flush=True)
-        time.sleep(1)
-    finally:
-        halt.set()
-        if sender.is_alive():
-            sender.join(30)
-    try:
-        wait(lambda: len(group.info().get("syncStateSet", [])) >= 1, 30)
-        got: list[str] = []
-        with PullConsumer("chaos-reader", namesrv=group.namesrv,
-                          from_where="first") as consumer:
-            consumer.subscribe("Chaos")
-            consumer.start()
-            idle = time.monotonic()
-            while time.monotonic() - idle < 5 and len(got) < 2 * len(acked) + 10:
-                batch = consumer.poll(0.5)
-                if batch:
-                    idle = time.monotonic()
-                got.extend(m.msg_id for m in batch)
+        try:
+            if not wait_until(whole, 60):
+                raise RuntimeError("the group never got its replicas in sync")
+            sender.start()
+            for n in range(kills):
+                # Each fault starts from a whole group, so it tests one failure at a time.
+                wait_until(whole, 30)
+                kind = rng.choice(["master", "slave", "controller"])
+                if kind == "master":
+                    name = group.master() or "replica-0"
+                elif kind == "slave":
+                    master = group.master()
+                    name = rng.choice([m for m in group.members
+                                       if m.startswith("replica") and m != master])
+                else:
+                    name = rng.choice([m for m in group.members if m.startswith("controller")])
+                sig = rng.choice(["SIGKILL", "SIGSTOP"])
+                pause = rng.uniform(1.0, 4.0)
+                _, proc = group.members[name]
+                before = len(sender.acked)
+                if sig == "SIGKILL":
+                    proc.kill()
+                    proc.wait()
+                    time.sleep(pause)
+                    group.restart(name)
+                else:
+                    proc.send_signal(signal.SIGSTOP)
+                    time.sleep(pause)
+                    proc.send_signal(signal.SIGCONT)
+                resumed = wait_until(lambda b=before: len(sender.acked) > b, 30)
+                faults.append(f"{sig} {kind} {name} for {pause:.1f} s"
+                              + ("" if resumed else " (sends did not resume within 30 s)"))
+                if not quiet:
+                    print(f"{n + 1:3}. {faults[-1]}; acknowledged so far {len(sender.acked)}",
+                          file=sys.stderr, flush=True)
+            time.sleep(1)
+        finally:
+            sender.stop()
+        wait_until(lambda: len(group.info().get("syncStateSet", [])) >= 1, 30)
+        counts = read_back(group.namesrv, "Chaos", "chaos-reader", sender.acked)
     finally:
         group.stop()
         shutil.rmtree(directory, ignore_errors=True)
-    seen = set(got)
-    return {"kills": len(faults), "acked": len(acked), "lost": len(set(acked) - seen),
-            "duplicated": len(got) - len(seen), "faults": faults}
+    return {"kills": len(faults), **counts, "faults": faults}
 
 
 def main(argv: list[str] | None = None) -> int:

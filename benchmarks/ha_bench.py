@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -188,14 +189,88 @@ def one(setup: str, count: int, window: int) -> dict[str, float]:
         result["slave_cores"] = sum(used[1:]) / elapsed
         return result
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # never leave a broker behind
-                proc.wait()
+        stop_all(procs)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class SteadySender:
+    """A producer thread sending one message every few ms until stopped, keeping the ids
+    of acknowledged sends and the time of the last one (failovers are timed from it)."""
+
+    def __init__(self, namesrv: str, topic: str, group: str) -> None:
+        self.acked: list[str] = []
+        self.last_ok = 0.0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(namesrv, topic, group))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self, namesrv: str, topic: str, group: str) -> None:
+        from rocketq import Message, Producer, SendStatus
+
+        with Producer(group, namesrv=namesrv, send_timeout=2, retries=1) as producer:
+            for i in range(10_000_000):
+                if self._halt.is_set():
+                    return
+                try:
+                    r = producer.send(Message(topic, b"%d" % i))
+                except Exception:  # no master now: try again shortly
+                    time.sleep(0.02)
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    self.acked.append(r.msg_id)
+                    self.last_ok = time.monotonic()
+                time.sleep(0.002)  # steady traffic, not a flood
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
+
+def read_back(namesrv: str, topic: str, group: str, acked: list[str]) -> dict[str, int]:
+    """Read ``topic`` from the start with a new group; count the acknowledged messages not
+    read (lost) and the messages read more than once (duplicated)."""
+    from rocketq import PullConsumer
+
+    got: list[str] = []
+    with PullConsumer(group, namesrv=namesrv, from_where="first") as consumer:
+        consumer.subscribe(topic)
+        consumer.start()
+        idle = time.monotonic()
+        while time.monotonic() - idle < 5 and len(got) < 2 * len(acked) + 10:
+            batch = consumer.poll(0.5)
+            if batch:
+                idle = time.monotonic()
+            got.extend(m.msg_id for m in batch)
+    seen = set(got)
+    return {"acked": len(acked), "lost": len(set(acked) - seen),
+            "duplicated": len(got) - len(seen)}
+
+
+def wait_until(check, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM each (SIGCONT first, in case it was paused), the last started first; SIGKILL
+    what does not exit within 30 s."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+    for proc in reversed(procs):
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never leave a broker behind
+            proc.wait()
 
 
 def controlled_group(directory: str, replicas: int = 3
@@ -234,92 +309,44 @@ def failovers(kills: int) -> dict[str, object]:
     """Kill the master ``kills`` times (SIGKILL) while a producer sends without pause; each
     time, the seconds until the new master took a send, and the killed broker restarted
     (it rejoins as a slave). Then every acknowledged message is read back once."""
-    from rocketq import Message, Producer, PullConsumer, SendStatus
-
     directory = tempfile.mkdtemp(prefix="rocketq-failover-bench-")
     procs, namesrv, controller, confs = controlled_group(directory)
     by_addr = {addr: procs[2 + i] for i, addr in enumerate(confs)}
-    acked: list[str] = []
-    last_ok = [0.0]
-    halt = threading.Event()
-
-    def produce() -> None:
-        with Producer("bench-failover", namesrv=namesrv, send_timeout=2, retries=1) as p:
-            for i in range(10_000_000):
-                if halt.is_set():
-                    return
-                try:
-                    r = p.send(Message("BenchFailover", b"%d" % i))
-                except Exception:
-                    time.sleep(0.02)
-                    continue
-                if r.status is SendStatus.SEND_OK:
-                    acked.append(r.msg_id)
-                    last_ok[0] = time.monotonic()
-                time.sleep(0.002)  # steady traffic, not a flood
-
-    def wait(check, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            time.sleep(0.02)
-        return False
+    sender = SteadySender(namesrv, "BenchFailover", "bench-failover")
 
     def in_sync() -> int:
         return len(run(replica_info(controller)).get("syncStateSet", []))
 
     times: list[float] = []
-    sender = threading.Thread(target=produce)
     try:
-        if not wait(lambda: in_sync() == len(confs), 60):
-            raise RuntimeError("the group never got all its replicas in sync")
-        sender.start()
-        for _ in range(kills):
-            if not wait(lambda: len(acked) > 100 and in_sync() == len(confs), 60):
-                raise RuntimeError("the group did not recover its replicas")
-            master = run(master_addr(namesrv))
-            by_addr[master].kill()
-            by_addr[master].wait()
-            killed = time.monotonic()
-            if not wait(lambda k=killed: last_ok[0] > k, 30):
-                raise RuntimeError("no new master within 30 s")
-            times.append(last_ok[0] - killed)
-            index = list(confs).index(master)
-            by_addr[master] = spawn(["broker", "-c", confs[master]], directory,
-                                    f"replica-{index}")
-            procs[2 + index] = by_addr[master]
-        time.sleep(1)
+        try:
+            if not wait_until(lambda: in_sync() == len(confs), 60):
+                raise RuntimeError("the group never got all its replicas in sync")
+            sender.start()
+            for _ in range(kills):
+                if not wait_until(lambda: len(sender.acked) > 100
+                                  and in_sync() == len(confs), 60):
+                    raise RuntimeError("the group did not recover its replicas")
+                master = run(master_addr(namesrv))
+                by_addr[master].kill()
+                by_addr[master].wait()
+                killed = time.monotonic()
+                if not wait_until(lambda k=killed: sender.last_ok > k, 30):
+                    raise RuntimeError("no new master within 30 s")
+                times.append(sender.last_ok - killed)
+                index = list(confs).index(master)
+                by_addr[master] = procs[2 + index] = spawn(
+                    ["broker", "-c", confs[master]], directory, f"replica-{index}")
+            time.sleep(1)
+        finally:
+            sender.stop()
+        counts = read_back(namesrv, "BenchFailover", "bench-failover-reader", sender.acked)
     finally:
-        halt.set()
-        if sender.is_alive():
-            sender.join(30)
-    try:
-        got: list[str] = []
-        with PullConsumer("bench-failover-reader", namesrv=namesrv,
-                          from_where="first") as consumer:
-            consumer.subscribe("BenchFailover")
-            consumer.start()
-            idle = time.monotonic()
-            while time.monotonic() - idle < 5 and len(got) < len(acked) * 2:
-                batch = consumer.poll(0.5)
-                if batch:
-                    idle = time.monotonic()
-                got.extend(m.msg_id for m in batch)
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(procs)
         shutil.rmtree(directory, ignore_errors=True)
-    seen = set(got)
     return {"failover_s": [round(t, 3) for t in times],
             "failover_s_median": round(statistics.median(times), 3) if times else None,
-            "acked": len(acked), "lost": len(set(acked) - seen),
-            "duplicated": len(got) - len(seen)}
+            **counts}
 
 
 async def replica_info(controller: str) -> dict:
