@@ -193,19 +193,13 @@ class HAServer:
             self.store.commitlog.on_append.remove(self._on_append)
         if self._server is not None:
             self._server.close()
-        for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.abort()  # queued CommitLog bytes are of no use to anyone now
+        self.drop_links()  # queued CommitLog bytes are of no use to anyone now
         if self._server is not None:
             # Bounded: some event loops wait here for every connection to be gone.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2):
                     await self._server.wait_closed()
             self._server = None
-        for _, fut in self._ack_waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._ack_waiters.clear()
 
     @property
     def address(self) -> str:
