@@ -59,27 +59,38 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
     stop = _stop_on_signal()
     ns = NameServer(args.host, args.port)
     await ns.start()
-    print(f"NameServer listening on {ns.address}", flush=True)
+    controller = None
+    if args.enable_controller:  # RocketMQ's enableControllerInNamesrv
+        controller = _controller(args.host, args.controller_port, args.controller_peers,
+                                 args.controller_data_dir, args.etcd)
+        await controller.start()
+    print(f"NameServer listening on {ns.address}"
+          + (f", controller on {controller.address}" if controller else ""), flush=True)
     await stop.wait()
+    if controller is not None:
+        await controller.stop()
     await ns.stop()
 
 
-async def _run_controller(args: argparse.Namespace) -> None:
+def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
+                etcd: str | None) -> Any:
+    """A controller node on Raft among ``peers`` (this node alone by default) or on etcd."""
     from ..controller import Controller, EtcdEngine, RaftEngine
 
+    addr = f"{host}:{port}"
+    members = [p.strip() for p in (peers or "").split(",") if p.strip()]
+    if etcd:
+        return Controller(EtcdEngine(addr, etcd), host, port)
+    if members and addr not in members:
+        raise ValueError(f"the controller peers must list this node's own address {addr}")
+    return Controller(RaftEngine(addr, members or [addr], data_dir), host, port)
+
+
+async def _run_controller(args: argparse.Namespace) -> None:
     stop = _stop_on_signal()
-    addr = f"{args.host}:{args.port}"
-    peers = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
-    if args.etcd:
-        engine: Any = EtcdEngine(addr, args.etcd)
-        how = f"etcd {args.etcd}"
-    else:
-        if peers and addr not in peers:
-            raise ValueError(f"--peers must list this controller's own address {addr}")
-        engine = RaftEngine(addr, peers or [addr], args.data_dir)
-        how = f"Raft peers: {', '.join(peers) or 'none'}"
-    controller = Controller(engine, args.host, args.port)
+    controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd)
     await controller.start()
+    how = f"etcd {args.etcd}" if args.etcd else f"Raft peers: {args.peers or 'none'}"
     print(f"Controller listening on {controller.address} ({how})", flush=True)
     await stop.wait()
     await controller.stop()
@@ -178,6 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("namesrv", help="run a NameServer")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=9876)
+    p.add_argument("--enable-controller", action="store_true",
+                   help="also run a controller node in this process "
+                        "(RocketMQ's enableControllerInNamesrv)")
+    p.add_argument("--controller-port", type=int, default=9878,
+                   help="with --enable-controller: its request port (Raft uses the next)")
+    p.add_argument("--controller-peers", help="with --enable-controller: every controller "
+                                              "node's host:port, ','-separated")
+    p.add_argument("--controller-data-dir", help="with --enable-controller: the Raft journal")
+    p.add_argument("--etcd", metavar="URL", help="with --enable-controller: keep the state in "
+                                                 "etcd instead of Raft")
     p.set_defaults(func=_run_namesrv)
 
     p = sub.add_parser("controller", help="run a controller node (automatic failover)")

@@ -344,3 +344,27 @@ def test_a_controller_node_killed_changes_nothing_for_the_brokers(tmp_path):
         if sender is not None:
             sender.stop()
         c.close()
+
+
+@pytest.mark.slow
+def test_a_controller_inside_the_nameserver_elects_a_master(tmp_path):
+    ns_port, ctrl_port = free_port(), port_pair()
+    namesrv = f"127.0.0.1:{ns_port}"
+    ns = start(["namesrv", "--port", str(ns_port), "--enable-controller", "--controller-port",
+                str(ctrl_port)], "listening")
+    brokers = []
+    try:
+        for i in range(2):
+            conf = tmp_path / f"b{i}.conf"
+            conf.write_text(
+                f"brokerName=broker-a\nnamesrvAddr={namesrv}\nlistenPort={free_port()}\n"
+                f"storePathRootDir={tmp_path / f'b{i}'}\n{SMALL_FILES}"
+                f"enableControllerMode=true\ncontrollerAddr=127.0.0.1:{ctrl_port}\n")
+            brokers.append(start(["broker", "-c", str(conf)], "listening"))
+        info = replica_info(f"127.0.0.1:{ctrl_port}")
+        assert info["masterBrokerId"] == "1" and info["masterEpoch"] == "1"
+        with Producer("pg", namesrv=namesrv) as producer:
+            assert producer.send(Message("InNamesrv", b"x")).status is SendStatus.SEND_OK
+    finally:
+        for proc in brokers + [ns]:
+            stop(proc)
