@@ -31,6 +31,7 @@ from ha_bench import (  # noqa: E402
     broker_addrs,
     free_port,
     read_back,
+    replica_conf,
     replica_info,
     spawn,
     stop_all,
@@ -38,20 +39,6 @@ from ha_bench import (  # noqa: E402
 )
 
 from rocketq.remoting import run  # noqa: E402
-
-
-def port_pair() -> int:
-    """A free port whose next one is free too (a controller's Raft port)."""
-    import socket
-
-    while True:
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
 
 
 class Group:
@@ -62,7 +49,7 @@ class Group:
         ns_port = free_port()
         self.namesrv = f"127.0.0.1:{ns_port}"
         self.ns = spawn(["namesrv", "--port", str(ns_port)], directory, "namesrv")
-        ports = [port_pair() for _ in range(3)]
+        ports = [free_port(pair=True) for _ in range(3)]  # Raft uses port + 1
         self.controllers = [f"127.0.0.1:{p}" for p in ports]
         #: name -> (argv, process)
         self.members: dict[str, tuple[list[str], subprocess.Popen[str]]] = {}
@@ -71,18 +58,10 @@ class Group:
             self.members[f"controller-{i}"] = (argv, spawn(argv, directory, f"controller-{i}"))
         self.broker_names: dict[str, str] = {}  # address -> member name
         for i in range(3):
-            port = free_port()
-            conf = os.path.join(directory, f"replica-{i}.conf")
-            with open(conf, "w") as fh:
-                fh.write(f"brokerName=broker-a\nnamesrvAddr={self.namesrv}\nlistenPort={port}\n"
-                         f"haListenPort=0\nstorePathRootDir={os.path.join(directory, str(i))}\n"
-                         f"enableControllerMode=true\ncontrollerAddr="
-                         f"{';'.join(self.controllers)}\nallAckInSyncStateSet=true\n"
-                         "flushDiskType=SYNC_FLUSH\nmappedFileSizeCommitLog=67108864\n"
-                         "maxHashSlotNum=100000\nmaxIndexNum=400000\n")
+            addr, conf = replica_conf(directory, i, self.namesrv, self.controllers)
             argv = ["broker", "-c", conf]
             self.members[f"replica-{i}"] = (argv, spawn(argv, directory, f"replica-{i}"))
-            self.broker_names[f"127.0.0.1:{port}"] = f"replica-{i}"
+            self.broker_names[addr] = f"replica-{i}"
 
     def info(self) -> dict:
         for addr in self.controllers:

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_bench import BODY, create_topic, percentile  # noqa: E402
 
 from rocketq.aio import Message, Producer  # noqa: E402
+from rocketq.cli.cluster import free_port  # noqa: E402
 from rocketq.remoting import run  # noqa: E402
 
 #: setup: (slaves, the master's brokerRole)
@@ -138,12 +138,6 @@ def spawn(args: list[str], directory: str, name: str) -> subprocess.Popen[str]:
     proc.kill()
     proc.wait()
     raise RuntimeError(f"rocketq {' '.join(args)} did not start; see {name}.log")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -273,6 +267,22 @@ def stop_all(procs: list[subprocess.Popen[str]]) -> None:
             proc.wait()
 
 
+def replica_conf(directory: str, index: int, namesrv: str, controllers: list[str]
+                 ) -> tuple[str, str]:
+    """Write the broker.conf of replica ``index`` of a controller-mode group (every in-sync
+    replica acknowledges each send, SYNC_FLUSH); return its address and the file."""
+    port = free_port()
+    conf = os.path.join(directory, f"replica-{index}.conf")
+    with open(conf, "w") as fh:
+        fh.write(f"brokerName=broker-a\nnamesrvAddr={namesrv}\nlistenPort={port}\n"
+                 f"haListenPort=0\nstorePathRootDir={os.path.join(directory, str(index))}\n"
+                 f"enableControllerMode=true\ncontrollerAddr={';'.join(controllers)}\n"
+                 "allAckInSyncStateSet=true\nflushDiskType=SYNC_FLUSH\n"
+                 "mappedFileSizeCommitLog=67108864\nmaxHashSlotNum=100000\n"
+                 "maxIndexNum=400000\n")
+    return f"127.0.0.1:{port}", conf
+
+
 def controlled_group(directory: str, replicas: int = 3
                      ) -> tuple[list[subprocess.Popen[str]], str, str, dict[str, str]]:
     """A NameServer, a controller and a controller-mode group (every in-sync replica
@@ -282,25 +292,13 @@ def controlled_group(directory: str, replicas: int = 3
     ns_port = free_port()
     namesrv = f"127.0.0.1:{ns_port}"
     procs.append(spawn(["namesrv", "--port", str(ns_port)], directory, "namesrv"))
-    while True:
-        ctrl_port = free_port()
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", ctrl_port + 1)) != 0:
-                break
+    ctrl_port = free_port(pair=True)  # the controller's Raft port is the next one
     controller = f"127.0.0.1:{ctrl_port}"
     procs.append(spawn(["controller", "--port", str(ctrl_port)], directory, "controller"))
     confs = {}
     for i in range(replicas):
-        port = free_port()
-        conf = os.path.join(directory, f"replica-{i}.conf")
-        with open(conf, "w") as fh:
-            fh.write(f"brokerName=broker-a\nnamesrvAddr={namesrv}\nlistenPort={port}\n"
-                     f"haListenPort=0\nstorePathRootDir={os.path.join(directory, str(i))}\n"
-                     f"enableControllerMode=true\ncontrollerAddr={controller}\n"
-                     "allAckInSyncStateSet=true\nflushDiskType=SYNC_FLUSH\n"
-                     "mappedFileSizeCommitLog=67108864\nmaxHashSlotNum=100000\n"
-                     "maxIndexNum=400000\n")
-        confs[f"127.0.0.1:{port}"] = conf
+        addr, conf = replica_conf(directory, i, namesrv, [controller])
+        confs[addr] = conf
         procs.append(spawn(["broker", "-c", conf], directory, f"replica-{i}"))
     return procs, namesrv, controller, confs
 

@@ -18,7 +18,7 @@ import sys
 ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
 
 
-def _free_port(pair: bool = False) -> int:
+def free_port(pair: bool = False) -> int:
     """A free loopback port (with ``pair``, one whose next port is free too)."""
     for _ in range(200):
         with socket.socket() as s:
@@ -75,7 +75,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         namesrv = f"127.0.0.1:{args.namesrv_port}"
         children.append(await _spawn(["namesrv", "--port", str(args.namesrv_port)],
                                      os.path.join(data, "namesrv.log")))
-        controller_port = args.controller_port or _free_port(pair=True)
+        controller_port = args.controller_port or free_port(pair=True)
         controller = f"127.0.0.1:{controller_port}"
         children.append(await _spawn(
             ["controller", "--port", str(controller_port),
@@ -87,7 +87,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 root = os.path.join(data, f"{name}-{replica}")
                 os.makedirs(root, exist_ok=True)
                 conf = os.path.join(root, "broker.conf")
-                port = _free_port()
+                port = free_port()
                 with open(conf, "w") as fh:
                     fh.write(f"brokerClusterName=DefaultCluster\nbrokerName={name}\n"
                              f"namesrvAddr={namesrv}\nlistenPort={port}\nhaListenPort=0\n"

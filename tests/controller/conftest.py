@@ -9,20 +9,12 @@ import time
 
 import pytest
 
+from rocketq.cli.cluster import free_port
+
 
 def port_pair() -> int:
     """A port whose next one is free too (a controller's Raft port is its port + 1)."""
-    for _ in range(100):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no two free ports in a row")
+    return free_port(pair=True)
 
 
 @pytest.fixture
