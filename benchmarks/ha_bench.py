@@ -223,9 +223,12 @@ class SteadySender:
             self._thread.join(30)
 
 
-def read_back(namesrv: str, topic: str, group: str, acked: list[str]) -> dict[str, int]:
-    """Read ``topic`` from the start with a new group; count the acknowledged messages not
-    read (lost) and the messages read more than once (duplicated)."""
+def read_back(namesrv: str, topic: str, group: str, acked: list[str], limit: float = 120.0
+              ) -> dict[str, int]:
+    """Read ``topic`` from the start with a new group until nothing more comes for 5 s (at
+    most ``limit`` s); count the acknowledged messages not read (lost) and the messages read
+    more than once (duplicated). The topic holds more than the acknowledged ones: a send
+    that failed (SLAVE_NOT_AVAILABLE, a timeout) may still have been stored."""
     from rocketq import PullConsumer
 
     got: list[str] = []
@@ -233,7 +236,8 @@ def read_back(namesrv: str, topic: str, group: str, acked: list[str]) -> dict[st
         consumer.subscribe(topic)
         consumer.start()
         idle = time.monotonic()
-        while time.monotonic() - idle < 5 and len(got) < 2 * len(acked) + 10:
+        deadline = idle + limit
+        while time.monotonic() - idle < 5 and time.monotonic() < deadline:
             batch = consumer.poll(0.5)
             if batch:
                 idle = time.monotonic()

@@ -205,8 +205,10 @@ class Broker:
             self.replicas = ReplicasManager(
                 self.config, self.store_config.storePathRootDir, lambda: self.address,
                 lambda: self.registration.ha_server_addr,
-                self._become_master, self._become_slave,
+                self._become_master, self._become_slave, self._use_sync_state_set,
                 lambda: self.store.commitlog.max_offset, self._in_sync)
+            self.replicas.lease_gained = self.registration.soon
+            self.registration.may_register_as_master = self._lease_valid
         elif self.store_config.is_slave:
             self._start_slave_side(
                 lambda: self.store_config.haMasterAddress or self.registration.master_ha_addr)
@@ -303,27 +305,45 @@ class Broker:
     async def _become_master(self, role: Role) -> None:
         """Controller mode: this broker is its group's master from ``role.master_epoch``."""
         assert self.store is not None and self.replicas is not None
+        assert self._writer is not None
+        self._writer.role_changes += 1
         await self._stop_slave_side()
         self.store.set_role(SYNC_MASTER)
         self.config.brokerId = 0
         await self._start_master_side()
         assert self.ha_server is not None
-        others = role.sync_state_set - {self.replicas.broker_id}
+        # Consumers see no message a failover could take back: dispatch stops at the
+        # confirmOffset, and moves on as replicas acknowledge.
+        self.ha_server.on_confirm = self.store.dispatch_more
+        self._use_sync_state_set(role.sync_state_set)
+        # Topics the old master created since the last metadata copy: their queues are in
+        # the replicated log; routed at once, producers need not wait for a copy that will
+        # never come.
+        for topic in sorted(self.store.queues.topics()):
+            if self.topics.get(topic) is None:
+                self.topics.learn(topic, self.store.queues.queue_ids(topic))
+        self.registration.paused = False
+        await self.registration.register_all()
+
+    def _use_sync_state_set(self, members: set[int]) -> None:
+        """Controller mode, master: whose acknowledgements sends wait for (``members``, this
+        master included)."""
+        assert self.store is not None and self.replicas is not None
+        if self.ha_server is None:
+            return
+        others = members - {self.replicas.broker_id}
         cfg = self.store_config
         needed = len(others) if cfg.allAckInSyncStateSet else min(len(others),
                                                                   cfg.inSyncReplicas - 1)
         self.ha_server.set_sync_members(others, needed)
-        # Consumers see no message a failover could take back: dispatch stops at the
-        # confirmOffset, and moves on as replicas acknowledge.
-        self.ha_server.on_confirm = self.store.dispatch_more
         self.store.limit_dispatch(self.ha_server.confirm_offset if needed else None)
-        self.registration.paused = False
-        await self.registration.register_all()
 
     async def _become_slave(self, role: Role) -> None:
         """Controller mode: follow ``role``'s master, after cutting any tail of this log
         that the master does not share."""
         assert self.store is not None and self.replicas is not None
+        assert self._writer is not None
+        self._writer.role_changes += 1
         await self._stop_master_side()
         await self._stop_slave_side()
         self.store.set_role(SLAVE)
@@ -344,6 +364,7 @@ class Broker:
                             end - keep, role.master_addr)
                 self.store.truncate(keep)
             self.replicas.epochs.replace(theirs)
+        # Read at each connect: a master that restarted keeps its epoch, not its HA port.
         self._start_slave_side(lambda: role.master_ha_addr, hello=self.replicas.broker_id)
         self.registration.master_addr = role.master_addr
         self.registration.paused = False

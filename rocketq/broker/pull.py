@@ -214,16 +214,7 @@ class PullProcessor:
         """A slave's topic that its master created after the last metadata copy: the
         replicated log has its queues, so the slave serves them now rather than up to 10 s
         later (the next copy brings the master's exact config)."""
-        queue_ids = self.store.queues.queue_ids(topic)
-        if not queue_ids:
-            return None
-        count = max(queue_ids) + 1
-        config = TopicConfig(topic, count, count)
-        try:
-            self.topics.update(config)
-        except (OSError, ValueError):  # not saved or not a legal name: serve it unsaved
-            pass
-        return config
+        return self.topics.learn(topic, self.store.queues.queue_ids(topic))
 
     def _suggest(self, group: SubscriptionGroupConfig, result: GetResult) -> int:
         """Which broker of the group the consumer should pull from next, by RocketMQ's rule:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -44,6 +45,10 @@ class Registration:
         #: which brokerId) this broker has; registering as id 0 before would displace the
         #: group's master in the routes.
         self.paused = False
+        #: Controller mode: whether this broker may say it is its group's master now (it
+        #: holds its lease). A master paused past its lease must not displace the one
+        #: elected meanwhile when it wakes.
+        self.may_register_as_master: Callable[[], bool] | None = None
 
     def start(self) -> None:
         """From now on a change of the topics registers at once (see ``soon``)."""
@@ -74,6 +79,9 @@ class Registration:
     async def register_all(self) -> None:
         """REGISTER_BROKER with the topic table to every NameServer, concurrently."""
         if self.paused:
+            return
+        if (self.config.brokerId == 0 and self.may_register_as_master is not None
+                and not self.may_register_as_master()):
             return
         body = orjson.dumps({"topicConfigSerializeWrapper": self.topics.register_body(
                                  self.config.brokerPermission),

@@ -70,7 +70,10 @@ class EpochFile:
         return self.entries[-1][0] if self.entries else -1
 
     def append(self, epoch: int, start: int) -> None:
-        """A new epoch starts at ``start`` (entries of this epoch or later are replaced)."""
+        """A new epoch starts at ``start`` (entries of later epochs are replaced). The epoch
+        held already keeps its start: a master that restarts keeps its epoch."""
+        if epoch == self.last_epoch:
+            return
         self.entries = [(e, o) for e, o in self.entries if e < epoch and o <= start]
         self.entries.append((epoch, start))
         self._save()
@@ -120,12 +123,14 @@ class ReplicasManager:
                  ha_address: Callable[[], str],
                  become_master: Callable[[Role], Awaitable[None]],
                  become_slave: Callable[[Role], Awaitable[None]],
+                 use_sync_state_set: Callable[[set[int]], None],
                  max_offset: Callable[[], int], in_sync: Callable[[], set[int]]) -> None:
         self.config = config
         self.address = address
         self.ha_address = ha_address
         self._become_master = become_master
         self._become_slave = become_slave
+        self._use_sync_state_set = use_sync_state_set
         self.max_offset = max_offset
         self.in_sync = in_sync
         self.client = RemotingClient(self.notified)
@@ -136,6 +141,8 @@ class ReplicasManager:
         self.is_master = False
         #: Until when (monotonic) a master may take writes: its lease, on its own clock.
         self.lease_deadline = 0.0
+        #: Called when this master gains its lease (it was not writable before).
+        self.lease_gained: Callable[[], None] | None = None
         self._leader: str | None = None
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -166,8 +173,8 @@ class ReplicasManager:
                 if await self._join():
                     break
             await asyncio.sleep(0.2)
-        self._tasks = [loop.create_task(self._heartbeats()), loop.create_task(self._poll()),
-                       loop.create_task(self._report_sync_state_set())]
+        self._tasks += [loop.create_task(self._heartbeats()), loop.create_task(self._poll()),
+                        loop.create_task(self._report_sync_state_set())]
 
     async def stop(self) -> None:
         from ..remoting import cancel_tasks
@@ -238,13 +245,16 @@ class ReplicasManager:
         await self.apply(_role(r))
         return self.role is not None
 
+    def _heartbeat_fields(self) -> dict[str, Any]:
+        return {**self._identity_fields(), "brokerAddr": self.address(),
+                "brokerId": self.broker_id,
+                "epoch": self.role.master_epoch if self.role else -1,
+                "maxOffset": self.max_offset(), "confirmOffset": self.max_offset(),
+                "heartbeatTimeoutMills": self.config.controllerHeartBeatTimeoutMills,
+                "electionPriority": self.config.brokerElectionPriority}
+
     async def _heartbeat_once(self) -> None:
-        fields = {**self._identity_fields(), "brokerAddr": self.address(),
-                  "brokerId": self.broker_id,
-                  "epoch": self.role.master_epoch if self.role else -1,
-                  "maxOffset": self.max_offset(), "confirmOffset": self.max_offset(),
-                  "heartbeatTimeoutMills": self.config.controllerHeartBeatTimeoutMills,
-                  "electionPriority": self.config.brokerElectionPriority}
+        fields = self._heartbeat_fields()
         sent = time.monotonic()
 
         async def one(addr: str) -> None:
@@ -252,12 +262,27 @@ class ReplicasManager:
             cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, fields)
             with contextlib.suppress(RemotingError, OSError):
                 r = await self.client.invoke(addr, cmd, 1.0)
-                lease = r.ext_fields.get("leaseMillis")
-                if (r.code == ResponseCode.SUCCESS and lease and self.is_master and self.role
-                        and r.ext_fields.get("masterEpoch") == str(self.role.master_epoch)):
-                    self.lease_deadline = max(self.lease_deadline,
-                                              sent + int(lease) / 1000)
+                self._renewed(r, sent)
         await asyncio.gather(*(one(a) for a in self.controllers))
+
+    def _renewed(self, r: RemotingCommand, sent: float) -> None:
+        """A heartbeat's answer: a lease for this master, counted from ``sent``."""
+        lease = r.ext_fields.get("leaseMillis")
+        if not (r.code == ResponseCode.SUCCESS and lease and self.is_master and self.role
+                and r.ext_fields.get("masterEpoch") == str(self.role.master_epoch)):
+            return
+        had = self.lease_valid()
+        self.lease_deadline = max(self.lease_deadline, sent + int(lease) / 1000)
+        if not had and self.lease_valid() and self.lease_gained is not None:
+            self.lease_gained()
+
+    async def _renew_now(self) -> None:
+        """One heartbeat to the controller leader: a new master's first lease."""
+        sent = time.monotonic()
+        with contextlib.suppress(RemotingError, OSError, ValueError):
+            r = await self._invoke(RequestCode.BROKER_HEARTBEAT, self._heartbeat_fields(),
+                                   timeout=1.0)
+            self._renewed(r, sent)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -297,6 +322,11 @@ class ReplicasManager:
             members = {self.broker_id} | self.in_sync()
             if members == role.sync_state_set:
                 continue
+            # Sends wait for the new members from now on, before the controller counts
+            # them (RocketMQ's markSynchronizingSyncStateSet): a member it may elect from
+            # the moment it commits must hold every message answered from then on.
+            self._use_sync_state_set(role.sync_state_set | members)
+            r = None
             with contextlib.suppress(RemotingError, OSError, ValueError, KeyError):
                 r = await self._invoke(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
                     "brokerName": self.config.brokerName, "masterBrokerId": self.broker_id,
@@ -305,6 +335,8 @@ class ReplicasManager:
                         "syncStateSetEpoch": role.sync_state_set_epoch}))
                 if r.code == ResponseCode.SUCCESS:
                     await self.apply(_role(r), sync_state_set_only=True)
+            if (r is None or r.code != ResponseCode.SUCCESS) and self.is_master and self.role:
+                self._use_sync_state_set(self.role.sync_state_set)
 
     def notified(self, conn: Any, cmd: RemotingCommand) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED from a controller."""
@@ -327,7 +359,14 @@ class ReplicasManager:
                     held.sync_state_set = role.sync_state_set
                     held.sync_state_set_epoch = role.sync_state_set_epoch
                     if self.is_master:
-                        await self._become_master(held)
+                        self._use_sync_state_set(held.sync_state_set)
+                moved = ((role.master_addr and role.master_addr != held.master_addr)
+                         or (role.master_ha_addr and role.master_ha_addr != held.master_ha_addr))
+                if moved and not self.is_master and not sync_state_set_only:
+                    # The master restarted within its epoch on other ports: follow it there.
+                    held.master_addr = role.master_addr or held.master_addr
+                    held.master_ha_addr = role.master_ha_addr or held.master_ha_addr
+                    await self._become_slave(held)
                 return
             if sync_state_set_only or role.master_id < 0:
                 return
@@ -336,8 +375,11 @@ class ReplicasManager:
                 log.info("broker %s-%d is master, epoch %d", self.config.brokerName,
                          self.broker_id, role.master_epoch)
                 self.is_master = True
-                self.lease_deadline = time.monotonic() + 1.0  # until the first renewal
+                # No writes until the controller renews the lease for this process: the one
+                # that held the epoch before a restart may have let it run out.
+                self.lease_deadline = 0.0
                 self.epochs.append(role.master_epoch, self.max_offset())
+                await self._renew_now()
                 await self._become_master(role)
             else:
                 log.info("broker %s-%d follows master %d at %s, epoch %d",

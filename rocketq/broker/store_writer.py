@@ -34,6 +34,9 @@ class StoreWriter:
         self.replicas = replicas
         #: Controller mode: whether this master may write now (it holds its lease).
         self.may_write: Callable[[], bool] | None = None
+        #: Counts role changes (controller mode): a send that was waiting while its broker
+        #: was demoted is not reported stored, whatever its waits said.
+        self.role_changes = 0
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._running = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -45,12 +48,19 @@ class StoreWriter:
         if self.may_write is not None and not self.may_write():
             raise SlaveNotWritableError(
                 "this broker is not its group's master now (no lease from the controller)")
+        # Taken before appending: a demotion during the waits below must not turn this
+        # send into one that waits for nobody.
+        replicas, role = self.replicas, self.role_changes
         appended, wait_at = self.store.append(messages)
         if wait_at:
             if self.store.group_commit is not None and not await self._durable(wait_at):
                 mark_status(appended, PutStatus.FLUSH_DISK_TIMEOUT)
-            if self.replicas is not None:
-                await self._replicated(self.replicas, appended, wait_at)
+            if replicas is not None:
+                await self._replicated(replicas, appended, wait_at)
+            if role != self.role_changes and appended[0].status is PutStatus.PUT_OK:
+                # Demoted meanwhile: the new master may not hold it, and this log may
+                # lose it when it follows.
+                mark_status(appended, PutStatus.FLUSH_SLAVE_TIMEOUT)
         return appended
 
     async def _replicated(self, replicas: HAServer, appended: list[PutResult], end: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -216,6 +216,21 @@ class TopicTable:
         validate_topic(topic.topic_name)
         with self.lock:
             self._change({topic.topic_name: topic})
+
+    def learn(self, topic: str, queue_ids: Iterable[int]) -> TopicConfig | None:
+        """A topic this broker's replicated log has queues of but no config for (its master
+        created it after the last metadata copy): a config with as many queues, saved when
+        it can be, so it is served and routed now. None when it has no queues."""
+        ids = list(queue_ids)
+        if not ids:
+            return None
+        count = max(ids) + 1
+        config = TopicConfig(topic, count, count)
+        try:
+            self.update(config)
+        except (OSError, ValueError):  # not saved or not a legal name: serve it unsaved
+            pass
+        return config
 
     def delete(self, topic: str) -> bool:
         """Remove a topic; False if there is none of that name."""

@@ -169,10 +169,24 @@ class Controller:
         if not group or not addr:
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
                                 remark="registering needs brokerName and brokerAddress")
-        return self._commit(cmd, {
+        return self._register(cmd, group, addr)
+
+    async def _register(self, cmd: RemotingCommand, name: str, addr: str) -> RemotingCommand:
+        before = self.engine.state.groups.get(name)
+        was = (before.master_addr, before.ha_addrs.get(before.master_id or -1)) if before \
+            else None
+        answer = await self._commit(cmd, {
             "op": "register", "cluster": cmd.field("clusterName") or "DefaultCluster",
-            "group": group, "broker_id": cmd.int_field("brokerId", -1), "addr": addr,
+            "group": name, "broker_id": cmd.int_field("brokerId", -1), "addr": addr,
             "ha_addr": cmd.field("haServerAddr") or ""})
+        group = self.engine.state.groups.get(name)
+        if (answer.code == ResponseCode.SUCCESS and group is not None and was is not None
+                and group.master_id is not None
+                and was != (group.master_addr, group.ha_addrs.get(group.master_id))):
+            # The master restarted within its lease on other ports: its slaves follow it
+            # there now rather than at their next poll.
+            self._notify(name)
+        return answer
 
     async def elect_master(self, cmd: RemotingCommand) -> RemotingCommand:
         """CONTROLLER_ELECT_MASTER: a broker asks for an election. The first election of a

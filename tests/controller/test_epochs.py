@@ -13,9 +13,11 @@ def test_epoch_file_round_trips_and_falls_back_to_its_backup(tmp_path):
     epochs.append(2, 500)
     assert (tmp_path / "epochFileCheckpoint").read_text().splitlines()[0] == "2"
     assert EpochFile(path).entries == [(1, 0), (2, 500)]
-    epochs.append(2, 700)  # an epoch again: replaced, not added
-    assert EpochFile(path).entries == [(1, 0), (2, 700)]
-    (tmp_path / "epochFileCheckpoint").write_text("2\n12345\n1-0\n2-9\n")  # bad CRC
+    # The epoch held again (its master restarted within it): it keeps where it began.
+    epochs.append(2, 700)
+    assert EpochFile(path).entries == [(1, 0), (2, 500)]
+    epochs.append(3, 900)
+    (tmp_path / "epochFileCheckpoint").write_text("3\n12345\n1-0\n2-9\n3-9\n")  # bad CRC
     assert EpochFile(path).entries == [(1, 0), (2, 500)]  # the .bak
 
 
