@@ -308,6 +308,9 @@ class Broker:
         assert self._writer is not None
         self._writer.role_changes += 1
         await self._stop_slave_side()
+        # All this log holds is the group's now: dispatched before appends take queue
+        # offsets from the ConsumeQueues.
+        self.store.limit_dispatch(None)
         self.store.set_role(SYNC_MASTER)
         self.config.brokerId = 0
         await self._start_master_side()
@@ -347,7 +350,6 @@ class Broker:
         await self._stop_master_side()
         await self._stop_slave_side()
         self.store.set_role(SLAVE)
-        self.store.limit_dispatch(None)
         self.config.brokerId = self.replicas.broker_id
         try:
             theirs, their_end = await self.replicas.master_epochs(role.master_addr)
@@ -366,6 +368,11 @@ class Broker:
             self.replicas.epochs.replace(theirs)
         # Read at each connect: a master that restarted keeps its epoch, not its HA port.
         self._start_slave_side(lambda: role.master_ha_addr, hello=self.replicas.broker_id)
+        # Consumers reading from this slave see no message a failover could take back
+        # either: it dispatches up to the confirmOffset its master sends.
+        client = self.ha_client
+        assert client is not None
+        self.store.limit_dispatch(lambda: client.confirm_offset)
         self.registration.master_addr = role.master_addr
         self.registration.paused = False
         await self.registration.register_all()

@@ -45,6 +45,8 @@ class HAConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._task: asyncio.Task[None] | None = None
+        #: The confirmOffset last sent on this link (controller mode).
+        self._told = 0
 
     # ------------------------------------------------------------------ reading
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -111,6 +113,13 @@ class HAConnection(asyncio.Protocol):
     def wake(self) -> None:
         self._wake.set()
 
+    def _confirm(self) -> int | None:
+        """The confirmOffset for this link's next header: controller-mode links only."""
+        if self.broker_id is None:
+            return None
+        self._told = self.server.confirm_offset()
+        return self._told
+
     async def _transfer(self) -> None:
         server = self.server
         config = server.store.config
@@ -132,8 +141,11 @@ class HAConnection(asyncio.Protocol):
             chunk = commitlog.read_chunk(position, config.haTransferBatchSize)
             if chunk is None:
                 now = time.monotonic()
-                if now - last_write >= heartbeat:
-                    transport.write(encode_transfer_header(position, 0))
+                if now - last_write >= heartbeat or (
+                        self.broker_id is not None and self._told < server.confirm_offset()):
+                    # Idle: a heartbeat, which also tells a controller-mode slave how far
+                    # the group has confirmed.
+                    transport.write(encode_transfer_header(position, 0, self._confirm()))
                     last_write = now
                 if now - self.last_read > config.haHousekeepingInterval / 1000:
                     self.close("nothing heard for "
@@ -146,7 +158,8 @@ class HAConnection(asyncio.Protocol):
                 continue
             size = len(chunk)
             # One write (one send call) per chunk: the header and the bytes together.
-            transport.write(b"".join((encode_transfer_header(position, size), chunk)))
+            transport.write(b"".join((encode_transfer_header(position, size,
+                                                             self._confirm()), chunk)))
             chunk.release()
             position += size
             last_write = time.monotonic()
@@ -238,6 +251,8 @@ class HAServer:
         self.slave_acked = offset
         if self.on_confirm is not None:
             self.on_confirm()
+        if self.sync_members is not None:
+            self._wake_all()  # the slaves hear the new confirmOffset
         if self._ack_waiters:
             still = []
             for target, fut in self._ack_waiters:

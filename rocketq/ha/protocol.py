@@ -14,7 +14,10 @@ a rocketq master (and the other way round).
 
 In controller mode a rocketq slave opens with a hello, ``[-1 i64][brokerId i64]``, so the
 master knows which member of its SyncStateSet each link is. No 4.x slave sends it (a report is
-never negative), and a master reads a stream without one as 4.x's.
+never negative), and a master reads a stream without one as 4.x's. On such a link each header
+also carries the master's confirmOffset, ``[phyOffset i64][size i32][confirmOffset i64]``
+(RocketMQ 5's own HA stream carries it too): the slave dispatches no further, so a consumer
+reading from it never sees a message a failover could take back.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 REPORT = struct.Struct(">q")
 TRANSFER_HEADER = struct.Struct(">qi")
 TRANSFER_HEADER_SIZE = TRANSFER_HEADER.size  # 12
+CONFIRM_HEADER = struct.Struct(">qiq")  # controller mode: and the confirmOffset
 
 
 class HAProtocolError(ValueError):
@@ -45,9 +49,12 @@ def encode_hello(broker_id: int) -> bytes:
     return REPORT.pack(HELLO) + REPORT.pack(broker_id)
 
 
-def encode_transfer_header(offset: int, size: int) -> bytes:
-    """The header of ``size`` CommitLog bytes from ``offset`` (0 bytes: a heartbeat)."""
-    return TRANSFER_HEADER.pack(offset, size)
+def encode_transfer_header(offset: int, size: int, confirm: int | None = None) -> bytes:
+    """The header of ``size`` CommitLog bytes from ``offset`` (0 bytes: a heartbeat); with
+    ``confirm``, a controller-mode link's, carrying the master's confirmOffset."""
+    if confirm is None:
+        return TRANSFER_HEADER.pack(offset, size)
+    return CONFIRM_HEADER.pack(offset, size, confirm)
 
 
 class ReportReader:
@@ -82,11 +89,15 @@ class ReportReader:
 
 
 class TransferReader:
-    """The slave's side: ``(offset, data)`` chunks out of whatever the socket delivers."""
+    """The slave's side: ``(offset, data)`` chunks out of whatever the socket delivers; on a
+    controller-mode link (``confirm``), the master's confirmOffset as each arrives."""
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, confirm: bool = False) -> None:
         #: The largest chunk accepted (a guard against garbage, not RocketMQ's batch size).
         self.max_size = max_size
+        self._header = CONFIRM_HEADER if confirm else TRANSFER_HEADER
+        #: The master's confirmOffset as last heard (controller mode), else -1.
+        self.confirm = -1
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -95,16 +106,20 @@ class TransferReader:
         buf = self._buf
         buf += data
         pos = 0
+        header = self._header
+        head = header.size
         try:
-            while len(buf) - pos >= TRANSFER_HEADER_SIZE:
-                offset, size = TRANSFER_HEADER.unpack_from(buf, pos)
+            while len(buf) - pos >= head:
+                offset, size, *confirm = header.unpack_from(buf, pos)
                 if offset < 0 or size < 0 or size > self.max_size:
                     raise HAProtocolError(
                         f"not an HA transfer header: offset {offset}, size {size}")
-                end = pos + TRANSFER_HEADER_SIZE + size
+                end = pos + head + size
                 if len(buf) < end:
                     break
-                yield offset, bytes(buf[pos + TRANSFER_HEADER_SIZE:end])
+                if confirm:
+                    self.confirm = confirm[0]
+                yield offset, bytes(buf[pos + head:end])
                 pos = end
         finally:
             del buf[:pos]

@@ -36,6 +36,9 @@ class HAClient:
         self.reconnect_interval = reconnect_interval
         #: The master this slave follows now, if connected.
         self.connected_to: str | None = None
+        #: Controller mode: the master's confirmOffset as last heard (-1: none yet). The
+        #: store dispatches no further (see ``limit_dispatch``).
+        self.confirm_offset = -1
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -67,7 +70,7 @@ class HAClient:
         config = store.config
         heartbeat = config.haSendHeartbeatInterval / 1000
         silence = config.haHousekeepingInterval / 1000
-        chunks = TransferReader(_MAX_CHUNK)
+        chunks = TransferReader(_MAX_CHUNK, confirm=self.hello is not None)
         try:
             self.connected_to = address
             if self.hello is not None:
@@ -95,6 +98,9 @@ class HAClient:
                     if body:
                         store.append_replica(offset, body)
                         wrote = True
+                if chunks.confirm > self.confirm_offset:
+                    self.confirm_offset = chunks.confirm
+                    store.dispatch_more()
                 if wrote:
                     writer.write(encode_report(store.commitlog.max_offset))
                 await writer.drain()

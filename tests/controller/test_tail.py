@@ -12,25 +12,69 @@ from ..servers import ServerThread
 from .conftest import port_pair
 
 
+def start_controller(st: ServerThread) -> tuple[Controller, dict]:
+    """One Raft controller node in the test's server thread (short lease and scans), and the
+    broker settings of a group that follows it."""
+    port = port_pair()
+    addr = f"127.0.0.1:{port}"
+
+    async def go():
+        node = Controller(RaftEngine(addr, [addr]), "127.0.0.1", port, ControllerConfig(
+            scanNotActiveBrokerInterval=50, masterLeaseMillis=1000))
+        await node.start()
+        return node
+    controller = st.call(go())
+    assert wait_for(controller.engine.is_leader, 10)
+    return controller, dict(
+        brokerName="broker-a", enableControllerMode=True, controllerAddr=addr,
+        allAckInSyncStateSet=True, syncFlushTimeout=300, brokerHeartbeatInterval=200,
+        controllerHeartBeatTimeoutMills=1000, checkSyncStateSetPeriod=200,
+        syncBrokerMetadataPeriod=300)
+
+
+def test_a_slave_dispatches_no_further_than_its_masters_confirm_offset(tmp_path):
+    st = ServerThread(tmp_path)
+    controller = None
+    try:
+        st.start_namesrv()
+        controller, conf = start_controller(st)
+        conf["haMaxTimeSlaveNotCatchup"] = 60_000  # c stays in the SyncStateSet
+        a = st.start_broker("a", **conf)
+        b = st.start_broker("b", **conf)
+        c = st.start_broker("c", **conf)
+        group = controller.engine.state.groups["broker-a"]
+        assert wait_for(lambda: group.sync_state_set == {1, 2, 3}, 10)
+        st.create_topic("Confirm", 1)
+        with Producer("pg", namesrv=st.namesrv) as producer:
+            sent = [producer.send(Message("Confirm", b"m%d" % i)) for i in range(10)]
+            assert {r.status for r in sent} == {SendStatus.SEND_OK}
+            st.call(c.ha_client.stop())  # c acknowledges nothing more
+            held = [producer.send(Message("Confirm", b"h%d" % i)) for i in range(3)]
+        assert {r.status for r in held} <= {SendStatus.FLUSH_SLAVE_TIMEOUT,
+                                            SendStatus.SLAVE_NOT_AVAILABLE}
+        # b holds all of a's log, but a consumer of b sees only what the whole group holds.
+        assert wait_for(lambda: b.store.commitlog.max_offset == a.store.commitlog.max_offset,
+                        5)
+        b.store.catch_up()
+        assert b.store.get_max_offset("Confirm", 0) == 10
+        st.call(_start(c.ha_client))  # c catches up: the confirmOffset moves, b dispatches
+        assert wait_for(lambda: b.store.get_max_offset("Confirm", 0) == 13, 10)
+    finally:
+        if controller is not None:
+            st.call(controller.stop())
+        st.stop()
+
+
+async def _start(client) -> None:
+    client.start()
+
+
 def test_a_master_that_wrote_alone_cuts_that_tail_when_it_rejoins(tmp_path):
     st = ServerThread(tmp_path)
     controller = None
     try:
         st.start_namesrv()
-        port = port_pair()
-        addr = f"127.0.0.1:{port}"
-
-        async def start_controller():
-            node = Controller(RaftEngine(addr, [addr]), "127.0.0.1", port, ControllerConfig(
-                scanNotActiveBrokerInterval=50, masterLeaseMillis=1000))
-            await node.start()
-            return node
-        controller = st.call(start_controller())
-        assert wait_for(controller.engine.is_leader, 10)
-        conf = dict(brokerName="broker-a", enableControllerMode=True, controllerAddr=addr,
-                    allAckInSyncStateSet=True, syncFlushTimeout=300,
-                    brokerHeartbeatInterval=200, controllerHeartBeatTimeoutMills=1000,
-                    checkSyncStateSetPeriod=200, syncBrokerMetadataPeriod=300)
+        controller, conf = start_controller(st)
         a = st.start_broker("a", **conf)
         b = st.start_broker("b", **conf)
         assert a.replicas.is_master and not b.replicas.is_master

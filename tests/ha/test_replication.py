@@ -38,6 +38,12 @@ def test_reports_and_chunks_split_anywhere():
     assert got == [(100, b"abc"), (103, b""), (103, b"de")]
     with pytest.raises(HAProtocolError):
         list(TransferReader(10).feed(encode_transfer_header(0, 11)))
+    # A controller-mode link: each header also says how far the group confirmed.
+    stream = (encode_transfer_header(0, 3, 0) + b"abc" + encode_transfer_header(3, 0, 3))
+    chunks = TransferReader(1 << 20, confirm=True)
+    assert list(chunks.feed(stream[:17])) == [] and chunks.confirm == -1
+    assert list(chunks.feed(stream[17:])) == [(0, b"abc"), (3, b"")]
+    assert chunks.confirm == 3
 
 
 def start_slave(st, name: str = "slave", **conf):

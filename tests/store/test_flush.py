@@ -149,3 +149,31 @@ def test_sync_flush_does_not_block_the_event_loop(tmp_path, monkeypatch):
         assert ticks >= 5  # the loop kept running during the 200 ms fsync
     finally:
         store.close()
+
+
+def test_a_send_waiting_while_its_broker_is_demoted_is_not_reported_stored(tmp_path,
+                                                                           monkeypatch):
+    # Controller mode: a master demoted while a send waits for its fsync (or its replicas)
+    # may cut that message when it follows the new master; it must not answer SEND_OK.
+    store = MessageStore(small_config(tmp_path, flushDiskType="SYNC_FLUSH",
+                                      syncFlushTimeout=5000))
+    try:
+        count_fsyncs(monkeypatch, delay=0.2)  # the send waits here
+
+        async def main():
+            w = StoreWriter(store)
+            try:
+                steady = await w.put_message(StoreMessage.create("T", b"a", 0))
+                send = asyncio.ensure_future(w.put_message(StoreMessage.create("T", b"b", 0)))
+                await asyncio.sleep(0.05)  # appended, waiting for the disk
+                assert not send.done()
+                w.role_changes += 1  # demoted meanwhile
+                return steady, await send
+            finally:
+                w.close()
+
+        steady, demoted = asyncio.run(main())
+        assert steady.status is PutStatus.PUT_OK
+        assert demoted.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+    finally:
+        store.close()
