@@ -255,8 +255,21 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
                         if killed_at and len(killed_at) == 1:
                             killed_at.append(time.monotonic())  # the first after the kill
 
+        # A group consuming all along, through the failover: none of what it reads twice.
+        live: list[str] = []
+        live_halt = threading.Event()
+
+        def consume() -> None:
+            with PullConsumer("live", namesrv=c.namesrv, from_where="first") as consumer:
+                consumer.subscribe("Failover")
+                consumer.start()
+                while not live_halt.is_set():
+                    live.extend(m.msg_id for m in consumer.poll(0.2))
+
         sender = threading.Thread(target=produce)
         sender.start()
+        reader = threading.Thread(target=consume)
+        reader.start()
         try:
             assert wait_for(lambda: len(acked) >= 300, 30)
             # A group reads what is there and commits; its offsets reach the slaves with
@@ -273,6 +286,11 @@ def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_me
         finally:
             halt.set()
             sender.join(30)
+            wait_for(lambda: set(live) >= set(acked), 30)
+            live_halt.set()
+            reader.join(30)
+        assert not set(acked) - set(live), "the live group missed acknowledged messages"
+        assert len(live) == len(set(live)), "the live group read a message twice"
         failover = killed_at[1] - killed_at[0]
         assert new_master != old_master
         assert failover < 5, f"the new master took {failover:.1f} s"
