@@ -43,7 +43,11 @@ from ..store import (
     PutStatus,
     StoreMessage,
 )
-from ..store.errors import SlaveNotWritableError, StoreClosedError
+from ..store.errors import (
+    InSyncReplicasNotEnoughError,
+    SlaveNotWritableError,
+    StoreClosedError,
+)
 from .clients import ClientTable
 from .config import BrokerConfig
 from .delay import delay_level_of, is_delayable, to_schedule
@@ -415,6 +419,9 @@ class SendProcessor:
             # RocketMQ answers a send to a slave the same way (PutMessageStatus
             # SERVICE_NOT_AVAILABLE: "message store is slave mode").
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
+        if isinstance(exc, InSyncReplicasNotEnoughError):
+            # RocketMQ's answer, word for word: a failure the client may resend elsewhere.
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         if isinstance(exc, DiskFullError):
             log.error("send refused: %s", exc)
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))

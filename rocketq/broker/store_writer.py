@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from ..ha import HAServer
 from ..store import (
     BatchMessage,
+    InSyncReplicasNotEnoughError,
     MessageStore,
     PutResult,
     PutStatus,
@@ -51,6 +52,12 @@ class StoreWriter:
         # Taken before appending: a demotion during the waits below must not turn this
         # send into one that waits for nobody.
         replicas, role = self.replicas, self.role_changes
+        if replicas is not None and replicas.sync_members is not None:
+            in_sync = len(replicas.sync_members) + 1
+            if in_sync < self.store.config.minInSyncReplicas:
+                raise InSyncReplicasNotEnoughError(
+                    f"in-sync replicas not enough: {in_sync} in the SyncStateSet, "
+                    f"minInSyncReplicas is {self.store.config.minInSyncReplicas}")
         appended, wait_at = self.store.append(messages)
         if wait_at:
             if self.store.group_commit is not None and not await self._durable(wait_at):

@@ -7,6 +7,7 @@ from .commitlog import BatchMessage, PutResult, PutStatus, StoreMessage
 from .config import ASYNC_FLUSH, SYNC_FLUSH, MessageStoreConfig
 from .errors import (
     DiskFullError,
+    InSyncReplicasNotEnoughError,
     MessageIllegalError,
     MessageTooLargeError,
     PropertiesTooLargeError,
@@ -19,7 +20,8 @@ from .message_store import GetResult, GetStatus, MessageStore
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "BatchMessage", "DiskFullError", "GetResult", "GetStatus",
-    "MessageIllegalError", "MessageStore", "MessageStoreConfig", "MessageTooLargeError",
+    "InSyncReplicasNotEnoughError", "MessageIllegalError", "MessageStore",
+    "MessageStoreConfig", "MessageTooLargeError",
     "PropertiesTooLargeError", "PutResult", "PutStatus", "SlaveNotWritableError",
     "StoreClosedError",
     "StoreCorruptError", "StoreError", "StoreMessage",

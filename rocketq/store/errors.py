@@ -31,5 +31,10 @@ class SlaveNotWritableError(StoreError):
     """A slave's store takes messages only from its master's HA stream."""
 
 
+class InSyncReplicasNotEnoughError(StoreError):
+    """Controller mode: fewer replicas in sync than ``minInSyncReplicas``; nothing was
+    written (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH)."""
+
+
 class StoreClosedError(StoreError):
     """The store was shut down."""

@@ -4,7 +4,9 @@ controller run in one process here so the test can silence one broker's links at
 
 from __future__ import annotations
 
-from rocketq import Message, Producer, SendStatus
+import pytest
+
+from rocketq import BrokerError, Message, Producer, SendStatus
 from rocketq.controller import Controller, ControllerConfig, RaftEngine
 
 from ..conftest import wait_for
@@ -111,6 +113,36 @@ def test_a_master_that_wrote_alone_cuts_that_tail_when_it_rejoins(tmp_path):
         bodies = [m.body for m in a.store.get_messages("Tail", 0, 0, 100).decode()]
         assert bodies == [b"kept-%d" % i for i in range(20)]  # the lone tail is gone
         assert a.replicas.epochs.entries == b.replicas.epochs.entries
+    finally:
+        if controller is not None:
+            st.call(controller.stop())
+        st.stop()
+
+
+def test_sends_fail_while_fewer_replicas_are_in_sync_than_min_in_sync_replicas(tmp_path):
+    st = ServerThread(tmp_path)
+    controller = None
+    try:
+        st.start_namesrv()
+        controller, conf = start_controller(st)
+        conf.update(minInSyncReplicas=2, haMaxTimeSlaveNotCatchup=500)
+        a = st.start_broker("a", **conf)
+        b = st.start_broker("b", **conf)
+        group = controller.engine.state.groups["broker-a"]
+        assert wait_for(lambda: group.sync_state_set == {1, 2}, 10)
+        st.create_topic("Min", 1)
+        with Producer("pg", namesrv=st.namesrv, retries=0) as producer:
+            assert producer.send(Message("Min", b"ok")).status is SendStatus.SEND_OK
+            st.call(b.ha_client.stop())  # b falls behind and leaves the SyncStateSet
+            assert wait_for(lambda: group.sync_state_set == {1}, 10)
+            end = a.store.commitlog.max_offset
+            with pytest.raises(BrokerError, match="in-sync replicas not enough"):
+                producer.send(Message("Min", b"refused"))
+            assert a.store.commitlog.max_offset == end  # nothing written
+            st.call(_start(b.ha_client))  # b catches up and is back in the set
+            assert wait_for(lambda: group.sync_state_set == {1, 2}, 10)
+            assert wait_for(lambda: a.ha_server.sync_members == {2}, 5)
+            assert producer.send(Message("Min", b"again")).status is SendStatus.SEND_OK
     finally:
         if controller is not None:
             st.call(controller.stop())
