@@ -238,7 +238,8 @@ class ReplicasManager:
         if int(r.ext_fields.get("masterBrokerId", -1)) < 0:
             await self._heartbeat_once()
             r = await self._invoke(RequestCode.CONTROLLER_ELECT_MASTER, {
-                **self._identity_fields(), "brokerId": self.broker_id})
+                **self._identity_fields(), "brokerId": self.broker_id,
+                "epoch": self.role.master_epoch if self.role else self.epochs.last_epoch})
             if r.code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
                 log.warning("no master for %s yet: %s", self.config.brokerName, r.remark)
                 return False
@@ -303,7 +304,10 @@ class ReplicasManager:
                     continue
                 r = await self._invoke(RequestCode.CONTROLLER_GET_REPLICA_INFO,
                                        self._identity_fields())
-                if r.code == ResponseCode.SUCCESS:
+                if r.code == ResponseCode.SUCCESS and int(r.ext_fields.get(
+                        "masterBrokerId", -1)) < 0:
+                    await self._join()  # a group without a master: ask for an election
+                elif r.code == ResponseCode.SUCCESS:
                     await self.apply(_role(r))
                 elif r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
                     await self._join()

@@ -62,6 +62,7 @@ class Controller:
         self.live: dict[str, dict[int, Live]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._warned: set[tuple[str, int]] = set()
+        self._started = time.monotonic()
         self._handlers = {
             RequestCode.BROKER_HEARTBEAT: self.heartbeat,
             RequestCode.CONTROLLER_REGISTER_BROKER: self.register_broker,
@@ -78,6 +79,7 @@ class Controller:
 
     async def start(self) -> None:
         self.server.bind()
+        self._started = time.monotonic()
         await self.engine.start()
         await self.server.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._scan()))
@@ -204,8 +206,20 @@ class Controller:
         if group.master_id is not None and (now < group.lease_until_ms
                                             or self._alive(name, group.master_id, now)):
             return self._answer(cmd, group.info(), ResponseCode.CONTROLLER_MASTER_STILL_EXIST)
-        if group.master_epoch == 0:
-            choice: int | None = cmd.int_field("brokerId", -1)
+        held = cmd.int_field("epoch", 0)
+        if group.master_epoch == 0 and held > 0 and (
+                time.monotonic() - self._started < self.config.masterLeaseMillis / 1000):
+            # This controller lost its state while the group had a master: that master may
+            # still hold its lease, so no election until a lease has passed.
+            return cmd.response(ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
+                                remark="the controller restarted without its state: "
+                                       "electing once the old master's lease has run out")
+        if group.master_epoch == 0 and held <= 0:
+            choice: int | None = cmd.int_field("brokerId", -1)  # a new group
+        elif group.master_epoch == 0:
+            # After a lost state, nobody knows the SyncStateSet: the live broker with the
+            # newest epoch and the longest log, as their heartbeats say.
+            choice = choose_master(group, self._live(name, now), unclean=True)
         else:
             choice = choose_master(group, self._live(name, now),
                                    self.config.enableElectUncleanMaster)
@@ -214,7 +228,7 @@ class Controller:
                                 remark=f"no live broker of {name} in its SyncStateSet")
         answer = await self._commit(cmd, {
             "op": "elect", "group": name, "master_id": choice, "now_ms": now,
-            "lease_ms": self.config.masterLeaseMillis})
+            "lease_ms": self.config.masterLeaseMillis, "min_epoch": max(held, 0)})
         if answer.code == ResponseCode.SUCCESS:
             self._notify(name)
         return answer

@@ -158,7 +158,9 @@ class ControllerState:
         if master is not None and master not in group.brokers:
             return _error(ResponseCode.CONTROLLER_INVALID_MASTER, f"no broker {master}")
         group.master_id = master
-        group.master_epoch += 1
+        # A controller that lost its state (one node, no data dir) hears of the epochs its
+        # brokers held: it goes on above them, or they would ignore it as stale.
+        group.master_epoch = max(group.master_epoch, int(e.get("min_epoch", 0))) + 1
         if master is not None:
             group.sync_state_set = {master}
             group.sync_state_set_epoch += 1

@@ -438,3 +438,42 @@ def test_a_controller_inside_the_nameserver_elects_a_master(tmp_path):
     finally:
         for proc in brokers + [ns]:
             stop(proc)
+
+
+@pytest.mark.slow
+def test_a_controller_restarted_without_its_state_goes_on_above_the_brokers_epochs(tmp_path):
+    c = ControlledCluster(tmp_path, replicas=2)
+    sender = None
+    try:
+        assert wait_for(lambda: len(c.replica_info().get("syncStateSet", [])) == 2, 30)
+        sender = Sender(c.namesrv, "Amnesia")
+        assert wait_for(lambda: len(sender.acked) >= 100, 30)
+        # Make the held epoch 2 by one failover, so a fresh controller's 1 would be stale.
+        old = c.master()
+        c.brokers[old].kill()
+        c.brokers[old].wait()
+        assert wait_for(lambda: c.replica_info().get("masterEpoch") == "2", 15)
+        index = list(c.brokers).index(old)
+        c.brokers[old] = start(["broker", "-c", str(c.confs[index])], "listening")
+        assert wait_for(lambda: len(c.replica_info().get("syncStateSet", [])) == 2, 30)
+        proc = c.controller_procs[c.controller]
+        proc.kill()  # one node, no data dir: everything it knew is gone
+        proc.wait()
+        port = c.controller.rsplit(":", 1)[1]
+        c.controller_procs[c.controller] = start(["controller", "--port", port], "listening")
+        c.procs.append(c.controller_procs[c.controller])
+        # The brokers tell it their epochs: it elects above them, the newest log first.
+        assert wait_for(lambda: int(c.replica_info().get("masterEpoch", 0)) > 2, 20)
+        count = len(sender.acked)
+        assert wait_for(lambda: len(sender.acked) >= count + 100, 20)
+        # Either may lead now (the master's fenced writes stop, so both logs end alike),
+        # and nothing acknowledged is lost.
+        assert c.master() in c.brokers
+        sender.stop()
+        ids = read_ids(c.namesrv, "Amnesia", len(sender.acked))
+        assert not set(sender.acked) - set(ids)
+        assert len(ids) == len(set(ids))
+    finally:
+        if sender is not None:
+            sender.stop()
+        c.close()
