@@ -139,6 +139,13 @@ def read_ids(namesrv: str, topic: str, expected: int, group: str = "reader") -> 
     return [m.msg_id for m in got]
 
 
+def assert_read_once(namesrv: str, topic: str, acked: list[str]) -> None:
+    """A new group reads every acknowledged message of ``topic``, and none twice."""
+    ids = read_ids(namesrv, topic, len(acked))
+    assert not set(acked) - set(ids), f"{len(set(acked) - set(ids))} acknowledged lost"
+    assert len(ids) == len(set(ids)), "a message was read twice"
+
+
 @pytest.mark.slow
 def test_a_paused_master_is_replaced_then_rejoins_as_a_slave(tmp_path):
     c = ControlledCluster(tmp_path)
@@ -175,9 +182,7 @@ def test_a_paused_master_is_replaced_then_rejoins_as_a_slave(tmp_path):
             "broker-a", {}).values() and c.master() == new, 20)
         sender.stop()
         assert wait_for(lambda: c.commitlog(old) == c.commitlog(new), 20)
-        ids = read_ids(c.namesrv, "Paused", len(sender.acked))
-        assert not set(sender.acked) - set(ids)
-        assert len(ids) == len(set(ids))
+        assert_read_once(c.namesrv, "Paused", sender.acked)
         with PullConsumer("fresh-reader", namesrv=c.namesrv, from_where="first") as consumer:
             consumer.subscribe("Fresh")
             consumer.start()
@@ -214,9 +219,7 @@ def test_a_master_restarted_within_its_lease_keeps_its_epoch_and_its_slaves(tmp_
         epochs = (c.dirs[master] / "epochFileCheckpoint").read_text().splitlines()
         assert epochs[2] == "1-0"  # where epoch 1 began, kept across the restart
         sender.stop()
-        ids = read_ids(c.namesrv, "Restart", len(sender.acked))
-        assert not set(sender.acked) - set(ids)
-        assert len(ids) == len(set(ids))
+        assert_read_once(c.namesrv, "Restart", sender.acked)
     finally:
         if sender is not None:
             sender.stop()
@@ -470,9 +473,7 @@ def test_a_controller_restarted_without_its_state_goes_on_above_the_brokers_epoc
         # and nothing acknowledged is lost.
         assert c.master() in c.brokers
         sender.stop()
-        ids = read_ids(c.namesrv, "Amnesia", len(sender.acked))
-        assert not set(sender.acked) - set(ids)
-        assert len(ids) == len(set(ids))
+        assert_read_once(c.namesrv, "Amnesia", sender.acked)
     finally:
         if sender is not None:
             sender.stop()
