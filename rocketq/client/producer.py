@@ -32,6 +32,7 @@ from ..protocol import (
 )
 from ..protocol.message import MAX_PROPERTIES_SIZE, encode_batch
 from ..remoting import RemotingError
+from .accumulator import Accumulator
 from .errors import BrokerError, ClientError, MessageValidationError
 from .instance import ClientInstance
 from .message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus, unique_ids
@@ -86,6 +87,9 @@ class AsyncProducer:
                  compress_level: int = 5, max_message_size: int = 4 * 1024 * 1024,
                  retry_another_broker_when_not_store_ok: bool = False,
                  latency_fault_tolerance: bool = False, default_topic_queue_nums: int = 4,
+                 auto_batch: bool = False, batch_max_delay_ms: float = 10,
+                 batch_max_bytes: int = 32 * 1024,
+                 total_batch_max_bytes: int = 32 * 1024 * 1024,
                  instance: ClientInstance | None = None) -> None:
         if not group or "%" in group:
             raise ValueError(f"illegal producer group {group!r}")
@@ -102,6 +106,10 @@ class AsyncProducer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._counter = itertools.count()
         self._valid_topics: set[str] = set()
+        #: With ``auto_batch``, sends in flight together go as batches (see accumulator).
+        self.accumulator = Accumulator(
+            self, max_delay_ms=batch_max_delay_ms, max_bytes=batch_max_bytes,
+            total_max_bytes=total_batch_max_bytes) if auto_batch else None
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -124,6 +132,8 @@ class AsyncProducer:
     async def shutdown(self) -> None:
         if not self.started:
             return
+        if self.accumulator is not None:
+            await self.accumulator.drain()
         self.started = False
         await self.instance.unregister(self.group, None)
         await self.instance.stop()
@@ -193,8 +203,22 @@ class AsyncProducer:
     async def send(self, message: Message, *, queue: MessageQueue | None = None,
                    selector: Selector | None = None, arg: Any = None,
                    timeout: float | None = None) -> SendResult:
-        """Send and wait for the broker's answer, retrying on another broker if one fails."""
+        """Send and wait for the broker's answer, retrying on another broker if one fails.
+        With ``auto_batch`` the message may travel in a batch with others sent meanwhile; its
+        result is still its own."""
         body, sysflag, props = self._prepare(message)
+        accumulator = self.accumulator
+        if accumulator is not None and not sysflag:
+            raw = props.encode()
+            if accumulator.fits(message, body, raw):
+                if selector is not None:
+                    route = self.instance.routes.get(message.topic)
+                    if route is None or not route.publish_queues:
+                        route = await self.instance.publish_route(
+                            message.topic, self.default_topic_queue_nums)
+                    queue = selector(list(route.publish_queues), message, arg)
+                return await accumulator.send(message, props, raw, queue,
+                                              timeout or self.send_timeout)
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
@@ -233,7 +257,6 @@ class AsyncProducer:
             raise MessageValidationError("the batch is empty")
         topic = messages[0].topic
         elements = []
-        ids = []
         total = 0
         for m in messages:
             if m.topic != topic:
@@ -242,25 +265,48 @@ class AsyncProducer:
             if Property.DELAY in props and m.delay_level:
                 raise MessageValidationError("delayed messages cannot be sent in a batch")
             self._validate(m)
-            uniq = props.get(Property.UNIQ_KEY)
-            if uniq is None:
-                uniq = props[Property.UNIQ_KEY] = unique_ids.next()
+            if Property.UNIQ_KEY not in props:
+                props[Property.UNIQ_KEY] = unique_ids.next()
             if Property.WAIT not in props:
                 props[Property.WAIT] = "true"
-            ids.append(uniq)
             raw = encode_properties(props).encode()
-            elements.append((m.flag, m.body, raw))
+            elements.append((m, raw))
             total += len(m.body) + len(raw) + 22
         if total > self.max_message_size:
             raise MessageValidationError(
                 f"the batch is {total} bytes; the maximum is {self.max_message_size}")
-        body = encode_batch(elements)
-        head = Message(topic, body)
-        result = await self._send_prepared(head, body, 0, encode_properties(
-            {Property.UNIQ_KEY: unique_ids.next(), Property.WAIT: "true"}), queue, None, None,
-            timeout or self.send_timeout, self.retries, False, batch=True)
-        result.msg_id = ",".join(ids)
+        result = await self._send_batch_body(topic, elements, queue,
+                                             timeout or self.send_timeout)
+        result.msg_id = ",".join([m.properties[Property.UNIQ_KEY] for m in messages])
         return result
+
+    async def _send_batch_body(self, topic: str, elements: Sequence[tuple[Message, bytes]],
+                               queue: MessageQueue | None, timeout: float) -> SendResult:
+        """One SEND_BATCH_MESSAGE of validated ``(message, encoded properties)`` elements;
+        the broker's answer names the first message's queue offset and every offset id."""
+        body = encode_batch([(m.flag, m.body, raw) for m, raw in elements])
+        return await self._send_prepared(Message(topic, body), body, 0, encode_properties(
+            {Property.UNIQ_KEY: unique_ids.next(), Property.WAIT: "true"}), queue, None, None,
+            timeout, self.retries, False, batch=True)
+
+    async def _send_elements(self, topic: str, elements: Sequence[tuple[Message, bytes]],
+                             queue: MessageQueue | None, timeout: float) -> list[SendResult]:
+        """Send elements as one batch and give each message its own result: its UNIQ_KEY,
+        its offset id and its queue offset (the batch's are consecutive)."""
+        result = await self._send_batch_body(topic, elements, queue, timeout)
+        offset_ids = result.offset_msg_id.split(",")
+        if len(offset_ids) != len(elements):
+            offset_ids = [""] * len(elements)
+        status, mq, first = result.status, result.queue, result.queue_offset
+        return [SendResult(status, m.properties[Property.UNIQ_KEY], offset_id, mq, first + i)
+                for i, ((m, _raw), offset_id) in enumerate(zip(elements, offset_ids,
+                                                               strict=True))]
+
+    @staticmethod
+    def is_transient(exc: BrokerError) -> bool:
+        """Whether a broker's refusal may pass on another attempt (busy, no route yet,
+        no master), as opposed to a refusal of the request itself."""
+        return exc.code in _RETRY_CODES
 
     async def _send_prepared(self, message: Message, body: bytes, sysflag: int, props: str,
                              queue: MessageQueue | None, selector: Selector | None, arg: Any,
