@@ -9,7 +9,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_ccodec.pxd | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -21,9 +21,11 @@ test-deps:
 	@command -v etcd >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
 
+# Every test runs twice: on the compiled codec, then on its pure-Python twin.
 test: $(STAMP) test-deps
 	$(BIN)/ruff check rocketq tests benchmarks examples
 	$(BIN)/python -m pytest -q
+	ROCKETQ_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check rocketq tests benchmarks examples
@@ -45,4 +47,4 @@ example: $(STAMP)
 	$(BIN)/python -m examples.clickstream
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info rocketq/protocol/_ccodec*.so

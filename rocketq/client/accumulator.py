@@ -167,7 +167,7 @@ class Accumulator:
                 lane.topic, [(m, raw) for m, _props, raw, _deadline, _future in items],
                 lane.queue, timeout)
         except BrokerError as exc:
-            if not producer.is_transient(exc):
+            if not producer._is_transient(exc):
                 # Refused as a whole: one by one, so only the message at fault fails.
                 for item in items:
                     await self._send_one(lane, item)

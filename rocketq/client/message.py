@@ -13,7 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..protocol import MessageRecord, Property, is_retry_topic
-from ..protocol.message import plain_body
+from ..protocol.codec import pulled
+from ..protocol.message import (
+    SysFlag,
+    create_offset_msg_id,
+    decode_properties,
+    plain_body,
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -185,6 +191,105 @@ class ReceivedMessage:
                    record.born_timestamp, record.store_timestamp, record.born_host,
                    record.store_host, record.reconsume_times, record.flag, record.sysflag,
                    record.store_size, record)
+
+
+class _PulledMessage(ReceivedMessage):
+    """A pulled message whose properties, ids and hosts are decoded on first use: a consumer
+    that reads only bodies pays for none of them."""
+
+    @property  # type: ignore[override]
+    def properties(self) -> dict[str, str]:
+        d = self.__dict__
+        props = d.get("_props")
+        if props is None:
+            props = d["_props"] = decode_properties(d["_raw_props"])
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self.__dict__["_props"] = value
+
+    @property  # type: ignore[override]
+    def offset_msg_id(self) -> str:
+        d = self.__dict__
+        value = d.get("_offset_id")
+        if value is None:
+            value = d["_offset_id"] = create_offset_msg_id(d["_store_ip"], d["_store_port"],
+                                                           self.commitlog_offset)
+        return value
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, value: str) -> None:
+        self.__dict__["_offset_id"] = value
+
+    @property  # type: ignore[override]
+    def msg_id(self) -> str:
+        d = self.__dict__
+        value = d.get("_msg_id")
+        if value is None:
+            value = d["_msg_id"] = self.properties.get(Property.UNIQ_KEY) or self.offset_msg_id
+        return value
+
+    @msg_id.setter
+    def msg_id(self, value: str) -> None:
+        self.__dict__["_msg_id"] = value
+
+    @property  # type: ignore[override]
+    def born_host(self) -> tuple[str, int]:
+        d = self.__dict__
+        return socket.inet_ntoa(d["_born_ip"]), d["_born_port"]
+
+    @born_host.setter
+    def born_host(self, value: tuple[str, int]) -> None:
+        self.__dict__["_born_ip"], self.__dict__["_born_port"] = \
+            socket.inet_aton(value[0]), value[1]
+
+    @property  # type: ignore[override]
+    def store_host(self) -> tuple[str, int]:
+        d = self.__dict__
+        return socket.inet_ntoa(d["_store_ip"]), d["_store_port"]
+
+    @store_host.setter
+    def store_host(self, value: tuple[str, int]) -> None:
+        self.__dict__["_store_ip"], self.__dict__["_store_port"] = \
+            socket.inet_aton(value[0]), value[1]
+
+
+_topics: dict[bytes, str] = {}
+
+
+def pulled_messages(data: bytes, broker_name: str) -> list[ReceivedMessage]:
+    """The messages of a pull answer's body, decoded in one pass (``codec.pulled``) with
+    their properties left encoded until asked for. A retried message shows its original
+    topic, as from :meth:`ReceivedMessage.from_record`."""
+    out = []
+    append = out.append
+    new = object.__new__
+    cls = _PulledMessage
+    compressed = SysFlag.COMPRESSED
+    topics = _topics
+    for (raw_topic, body, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_ip,
+         born_port, store_ts, store_ip, store_port, reconsume, raw_props, size) in pulled(data):
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = raw_topic.decode()
+            if len(topics) < 10_000:
+                topics[raw_topic] = topic
+        m = new(cls)
+        m.__dict__ = {
+            "topic": topic, "body": plain_body(body, sysflag) if sysflag & compressed
+            else body, "queue_id": queue_id, "queue_offset": queue_offset,
+            "commitlog_offset": phys, "broker_name": broker_name,
+            "born_timestamp": born_ts, "store_timestamp": store_ts,
+            "reconsume_times": reconsume, "flag": flag, "sysflag": sysflag,
+            "store_size": size, "_raw_props": raw_props, "_born_ip": born_ip,
+            "_born_port": born_port, "_store_ip": store_ip, "_store_port": store_port}
+        if topic.startswith("%RETRY%"):
+            retry_of = m.properties.get(Property.RETRY_TOPIC)
+            if retry_of:
+                m.topic = retry_of
+        append(m)
+    return out
 
 
 def create_reply(request: ReceivedMessage, body: bytes | str) -> Message:

@@ -303,7 +303,7 @@ class AsyncProducer:
                                                                strict=True))]
 
     @staticmethod
-    def is_transient(exc: BrokerError) -> bool:
+    def _is_transient(exc: BrokerError) -> bool:
         """Whether a broker's refusal may pass on another attempt (busy, no route yet,
         no master), as opposed to a refusal of the request itself."""
         return exc.code in _RETRY_CODES

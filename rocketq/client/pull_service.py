@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ..protocol import PullSysFlag, RemotingCommand, ResponseCode, decode_records
+from ..protocol import PullSysFlag, RemotingCommand, ResponseCode
 from ..protocol.filter import Subscription
-from .message import MessageQueue, ReceivedMessage
+from .message import MessageQueue, ReceivedMessage, pulled_messages
 from .offset_store import OffsetStore
 from .process_queue import ProcessQueue
 
@@ -106,8 +106,7 @@ class PullService:
         ext = response.ext_fields
         if code == ResponseCode.SUCCESS:
             next_offset = int(ext.get("nextBeginOffset", pq.next_offset))
-            messages = [ReceivedMessage.from_record(r, mq.broker_name)
-                        for r in decode_records(response.body)]
+            messages = pulled_messages(response.body, mq.broker_name)
             if not sub.matches_all:
                 messages = [m for m in messages if sub.matches_tags(m.tags)]
             pq.next_offset = next_offset

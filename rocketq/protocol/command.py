@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from .codec import CodecError, frame_spans
 from .codes import CURRENT_VERSION, LanguageCode
 
 MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -352,19 +353,12 @@ class FrameDecoder:
                 return []  # the frame is still incomplete: no copy until it is whole
             data = bytes(buf)
             buf.clear()
-        out: list[RemotingCommand] = []
-        pos = 0
+        try:
+            spans, pos = frame_spans(data, self.max_frame)
+        except CodecError as exc:
+            raise ProtocolError(str(exc)) from None
+        out = [_decode(data, start, stop) for start, stop in spans]
         end = len(data)
-        unpack = _LENGTH.unpack_from
-        max_frame = self.max_frame
-        while end - pos >= 4:
-            length = unpack(data, pos)[0]
-            if length < 4 or length > max_frame:
-                raise ProtocolError(f"frame length {length} outside 4..{max_frame}")
-            if end - pos - 4 < length:
-                break
-            out.append(_decode(data, pos + 4, pos + 4 + length))
-            pos += 4 + length
         if pos < end:
             buf += memoryview(data)[pos:]
         return out

@@ -22,6 +22,8 @@ from functools import lru_cache
 from operator import mul
 from typing import Any
 
+from . import codec
+
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog file
@@ -152,8 +154,8 @@ class Property:
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
 
-class MessageFormatError(ValueError):
-    """Bytes that are not a well-formed message record or property string."""
+#: Bytes that are not a well-formed message record, batch or property string.
+MessageFormatError = codec.CodecError
 
 
 # --------------------------------------------------------------------------- properties
@@ -161,21 +163,14 @@ class MessageFormatError(ValueError):
 
 def encode_properties(properties: dict[str, str]) -> str:
     """Render properties as RocketMQ's ``name\\x01value\\x02`` string (trailing ``\\x02``)."""
-    if not properties:
-        return ""
-    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items())
+    return codec.encode_properties(properties)
 
 
 def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
     """Parse a property string the way RocketMQ does, skipping malformed segments."""
-    if not isinstance(data, str):
+    if type(data) is not str:
         data = bytes(data).decode("utf-8", "replace")
-    result: dict[str, str] = {}
-    for segment in data.split("\x02"):
-        name, sep, value = segment.partition("\x01")
-        if sep and name:
-            result[name] = value
-    return result
+    return codec.decode_properties(data)
 
 
 def join_properties(properties: bytes, more: bytes) -> bytes:
@@ -191,23 +186,9 @@ def join_properties(properties: bytes, more: bytes) -> bytes:
     return properties + more
 
 
-def property_value(data: bytes, name: bytes) -> bytes | None:
-    """Return one property's raw value from an encoded property string, without a full parse.
-
-    ``name`` is the property name as bytes. Used on hot paths (dispatch) where only
-    TAGS, KEYS and UNIQ_KEY are needed.
-    """
-    needle = name + b"\x01"
-    start = 0
-    while True:
-        i = data.find(needle, start)
-        if i < 0:
-            return None
-        if i == 0 or data[i - 1] == 2:
-            begin = i + len(needle)
-            end = data.find(b"\x02", begin)
-            return data[begin:] if end < 0 else data[begin:end]
-        start = i + 1
+#: One property's raw value from an encoded property string (bytes), without a full parse:
+#: ``property_value(data, name)``; used on hot paths (dispatch) for TAGS, KEYS and UNIQ_KEY.
+property_value = codec.property_value
 
 
 # --------------------------------------------------------------------------- hashing
@@ -380,55 +361,10 @@ def walk_records(view: bytes | bytearray | memoryview | Any, pos: int = 0,
     after the sound ones before it were yielded. Decoding, dispatch, recovery, filters and the
     Spark columns all read records through it.
     """
-    if end is None:
-        end = len(view)
-    unpack = header.unpack_from
-    sysflag_at = header.index("sysflag")
     if check_crc and header is not RECORD_HEADER:
         raise ValueError("check_crc needs the full RECORD_HEADER")
-    # Constants as locals: this loop runs once per record on the broker's hot paths.
-    v1, v2, v6 = MAGIC_V1, MAGIC_V2, _V6_HOSTS
-    head, overhead = RECORD_HEADER_SIZE, RECORD_OVERHEAD
-    while pos < end:
-        if end - pos < head:
-            raise MessageFormatError(f"truncated record header at {pos}")
-        fields = unpack(view, pos)
-        total = fields[0]
-        magic = fields[1]
-        body_len = fields[-1]
-        record_end = pos + total
-        if ((magic != v1 and magic != v2) or fields[sysflag_at] & v6 or total < overhead
-                or record_end > end or body_len < 0 or overhead + body_len > total):
-            raise _bad_header(pos, fields, sysflag_at, end)
-        p = pos + head + body_len
-        if magic == v1:
-            topic_len = view[p]
-            topic_at = p + 1
-        else:
-            topic_len = (view[p] << 8) | view[p + 1]
-            topic_at = p + 2
-        p = topic_at + topic_len
-        if p + 2 > record_end or p + 2 + ((view[p] << 8) | view[p + 1]) != record_end:
-            raise MessageFormatError(f"record lengths do not add up at {pos}")
-        if check_crc:
-            body_at = pos + head
-            if _crc32(view[body_at:body_at + body_len]) & 0x7FFFFFFF != fields[2]:
-                raise MessageFormatError(f"body CRC mismatch at {pos}")
-        yield pos, fields, topic_at, topic_len, p + 2
-        pos = record_end
-
-
-def _bad_header(pos: int, fields: tuple[Any, ...], sysflag_at: int, end: int
-                ) -> MessageFormatError:
-    """Say what is wrong with a record's fixed part (the walker's slow path)."""
-    total, magic, body_len = fields[0], fields[1], fields[-1]
-    if magic != MAGIC_V1 and magic != MAGIC_V2:
-        return MessageFormatError(f"bad magic code {magic:#x} at {pos}")
-    if fields[sysflag_at] & _V6_HOSTS:
-        return MessageFormatError(f"IPv6 host records are not supported (at {pos})")
-    if total < RECORD_OVERHEAD or pos + total > end:
-        return MessageFormatError(f"bad total size {total} at {pos}")
-    return MessageFormatError(f"bad body length {body_len} at {pos}")
+    return codec.walk(view, pos, len(view) if end is None else end, header.unpack_from,
+                      header.index("sysflag"), check_crc)
 
 
 def record_layout(view: bytes | bytearray | memoryview | Any, pos: int = 0,
@@ -488,50 +424,18 @@ def decode_records(buf: bytes | memoryview, *, decompress: bool = False) -> list
             for pos, fields, topic_at, topic_len, props_at in walk_records(view)]
 
 
-_BATCH_ELEMENT = struct.Struct(">iiiii")
-
-
-def split_batch(body: bytes | memoryview) -> list[tuple[int, int, int, int, int]]:
-    """Find the elements of a batch body (SEND_BATCH_MESSAGE, or a C++ batch) without copying
-    them: ``(flag, body start, body length, properties start, properties length)`` each. An
-    element is ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN i16][properties]``;
-    lengths that do not add up raise MessageFormatError."""
-    end = len(body)
-    unpack = _BATCH_ELEMENT.unpack_from
-    head = _BATCH_ELEMENT.size
-    out = []
-    pos = 0
-    while pos < end:
-        if end - pos < head + 2:
-            raise MessageFormatError(f"truncated batch element at {pos}")
-        total, _magic, _crc, flag, body_len = unpack(body, pos)
-        p = pos + head
-        if body_len < 0 or p + body_len + 2 > end:
-            raise MessageFormatError(f"bad body length in batch element at {pos}")
-        props_at = p + body_len + 2
-        props_len = (body[props_at - 2] << 8) | body[props_at - 1]
-        if props_at + props_len > end:
-            raise MessageFormatError(f"bad properties length in batch element at {pos}")
-        if total != props_at + props_len - pos:
-            raise MessageFormatError(f"batch element size {total} does not add up at {pos}")
-        out.append((flag, p, body_len, props_at, props_len))
-        pos = props_at + props_len
-    return out
+#: The elements of a batch body (SEND_BATCH_MESSAGE, or a C++ batch) without copying them:
+#: ``split_batch(body)`` gives ``(flag, body start, body length, properties start,
+#: properties length)`` each. An element is ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body]
+#: [PROPLEN i16][properties]``; lengths that do not add up raise MessageFormatError.
+split_batch = codec.split_batch
 
 
 def encode_batch(elements: Sequence[tuple[int, bytes, str | bytes]]) -> bytes:
     """Encode ``(flag, body, properties)`` elements as a batch body; the properties as a
     property string or already encoded."""
-    parts = []
-    append = parts.append
-    pack = _BATCH_ELEMENT.pack
-    for flag, element_body, props in elements:
-        raw = props.encode() if type(props) is str else props
-        append(pack(22 + len(element_body) + len(raw), 0, 0, flag, len(element_body)))
-        append(element_body)
-        append(len(raw).to_bytes(2, "big"))
-        append(raw)
-    return b"".join(parts)
+    return codec.encode_batch([(flag, body, props.encode() if type(props) is str else props)
+                               for flag, body, props in elements])
 
 
 def record_properties(record: bytes | memoryview) -> dict[str, str]:
