@@ -16,12 +16,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode, decode_records
+from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from .allocate import AllocateStrategy
 from .consumer import GroupConsumer
 from .errors import ClientError
 from .instance import ClientInstance
-from .message import MessageQueue, ReceivedMessage
+from .message import MessageQueue, ReceivedMessage, pulled_messages
 
 log = logging.getLogger("rocketq.client")
 
@@ -162,8 +162,7 @@ class AsyncPullConsumer(GroupConsumer):
             code = response.code
             next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
             if code == ResponseCode.SUCCESS:
-                messages = [ReceivedMessage.from_record(r, mq.broker_name)
-                            for r in decode_records(response.body)]
+                messages = pulled_messages(response.body, mq.broker_name)
                 if not sub.matches_all:
                     messages = [m for m in messages if sub.matches_tags(m.tags)]
                 state.next_offset = next_offset
