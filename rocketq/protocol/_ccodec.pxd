@@ -2,6 +2,8 @@
 # a copy of _codec.py named _ccodec.py with these declarations; the Python source is the same.
 import cython
 
+cdef unsigned long long _MASK32, _MIN32, _WRAP32
+
 @cython.locals(h=cython.ulonglong, c=cython.uchar, i=cython.Py_ssize_t, key=bytes, raw=bytes)
 cpdef list index_hashes(list keys)
 

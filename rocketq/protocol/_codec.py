@@ -21,6 +21,10 @@ V6_HOSTS = 0x30
 #: TOTALSIZE .. BODYLEN of a v1 record, then TOPICLEN u8 and PROPERTIESLEN u16.
 RECORD_HEADER_SIZE = 88
 RECORD_OVERHEAD = 91
+#: int32 arithmetic (named so the compiled twin types them as C integers).
+_MASK32 = 0xFFFFFFFF
+_MIN32 = 0x80000000
+_WRAP32 = 0x100000000
 
 _ELEMENT = struct.Struct(">iiiii")
 _PULLED = struct.Struct(">ii4xiiqqiq4siq4sii8xi")
@@ -98,15 +102,15 @@ def index_hashes(keys: list[bytes]) -> list[int]:
         h = 0
         if key.isascii():
             for c in key:
-                h = (31 * h + c) & 0xFFFFFFFF
+                h = (31 * h + c) & _MASK32
         else:
             raw = key.decode("utf-8", "replace").encode("utf-16-be")
             for i in range(0, len(raw), 2):
-                h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & 0xFFFFFFFF
-        if h == 0x80000000:
+                h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & _MASK32
+        if h == _MIN32:
             h = 0
-        elif h > 0x80000000:
-            h = 0x100000000 - h  # the absolute value of the negative int32
+        elif h > _MIN32:
+            h = _WRAP32 - h  # the absolute value of the negative int32
         out.append(h)
     return out
 
