@@ -367,10 +367,10 @@ class AsyncProducer:
             raise last_error
         raise ClientError(f"sending to {topic} timed out after {timeout:.1f} s")
 
-    async def _send_to(self, mq: MessageQueue, message: Message, body: bytes, sysflag: int,
-                       props: str, timeout: float, oneway: bool, batch: bool
-                       ) -> SendResult | None:
-        # SEND_MESSAGE_V2's short field names; every value a string, as on the wire.
+    def _request(self, mq: MessageQueue, message: Message, body: bytes, sysflag: int,
+                 props: str, oneway: bool, batch: bool) -> RemotingCommand:
+        """The send request for ``mq``: SEND_MESSAGE_V2's short field names, every value a
+        string, as on the wire."""
         ext = {"a": self.group, "b": mq.topic, "c": AUTO_CREATE_TOPIC_KEY,
                "d": str(self.default_topic_queue_nums), "e": str(mq.queue_id), "f": str(sysflag),
                "g": str(int(time.time() * 1000)), "h": str(message.flag), "i": props,
@@ -388,7 +388,27 @@ class AsyncProducer:
             code = RequestCode.SEND_REPLY_MESSAGE_V2
         else:
             code = RequestCode.SEND_MESSAGE_V2
-        cmd = RemotingCommand.request_text(code, ext, body, flag=FLAG_ONEWAY if oneway else 0)
+        return RemotingCommand.request_text(code, ext, body,
+                                            flag=FLAG_ONEWAY if oneway else 0)
+
+    @staticmethod
+    def _result(response: RemotingCommand, mq: MessageQueue, message: Message) -> SendResult:
+        """The SendResult a broker's answer describes; BrokerError for a refusal."""
+        status = _STATUS.get(response.code)  # type: ignore[call-overload]
+        if status is None:
+            raise BrokerError(response.code, f"send to {mq} refused: {response.remark}")
+        ext_out = response.ext_fields
+        queue_id = ext_out.get("queueId")
+        queue = mq if queue_id is None or queue_id == str(mq.queue_id) else \
+            MessageQueue(mq.topic, mq.broker_name, int(queue_id))
+        return SendResult(status, message.properties.get(Property.UNIQ_KEY, ""),
+                          ext_out.get("msgId", ""), queue, int(ext_out.get("queueOffset", -1)),
+                          ext_out.get("transactionId") or None)
+
+    async def _send_to(self, mq: MessageQueue, message: Message, body: bytes, sysflag: int,
+                       props: str, timeout: float, oneway: bool, batch: bool
+                       ) -> SendResult | None:
+        cmd = self._request(mq, message, body, sysflag, props, oneway, batch)
         instance = self.instance
         addr = instance.broker_addr(mq.broker_name) or \
             await instance.broker_addr_or_refresh(mq.broker_name, mq.topic)
@@ -396,17 +416,7 @@ class AsyncProducer:
         if oneway:
             await remoting.invoke_oneway(addr, cmd)
             return None
-        response = await remoting.invoke(addr, cmd, timeout)
-        status = _STATUS.get(response.code)  # type: ignore[call-overload]
-        if status is None:
-            raise BrokerError(response.code, f"send to {mq} refused: {response.remark}")
-        ext_out = response.ext_fields
-        queue_id = ext_out.get("queueId")
-        queue = mq if queue_id is None or queue_id == ext["e"] else \
-            MessageQueue(mq.topic, mq.broker_name, int(queue_id))
-        return SendResult(status, message.properties.get(Property.UNIQ_KEY, ""),
-                          ext_out.get("msgId", ""), queue, int(ext_out.get("queueOffset", -1)),
-                          ext_out.get("transactionId") or None)
+        return self._result(await remoting.invoke(addr, cmd, timeout), mq, message)
 
 
 __all__ = ["AsyncProducer", "LatencyFaultTolerance", "select_by_hash"]

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-from ..remoting import new_event_loop
+from ..protocol import Property
+from ..protocol.command import FLAG_RESPONSE, FrameDecoder, ProtocolError, RemotingCommand, encode
+from ..remoting import RemotingTimeoutError, new_event_loop
 from .admin import AsyncAdmin
+from .errors import BrokerError
 from .message import Message, MessageQueue, MessageSelector, ReceivedMessage, SendResult
 from .producer import AsyncProducer, Selector
 from .pull import AsyncPullConsumer
@@ -64,6 +68,85 @@ class _LoopThread:
         return self.call(factory)
 
 
+class _DirectSends:
+    """Sends made on the caller's own thread, over its own blocking connection to the broker,
+    when the producer already knows the route: no hand-off to the loop thread and back (the
+    way redis-py's synchronous client works). Anything out of the ordinary (no route yet, a
+    refused or failed send, fault tolerance or auto-batching turned on) returns None and the
+    send goes through the loop, with its retries."""
+
+    def __init__(self, producer: AsyncProducer) -> None:
+        self.producer = producer
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+
+    def send(self, message: Message, timeout: float | None) -> SendResult | None:
+        p = self.producer
+        if not p.started or p.accumulator is not None or p.fault is not None:
+            return None
+        route = p.instance.routes.get(message.topic)
+        if route is None or not route.publish_queues:
+            return None
+        body, sysflag, props = p._prepare(message)
+        if message.properties.get(Property.MSG_TYPE) == "reply":
+            return None
+        mq = p._choose(route.publish_queues, None)
+        addr = p.instance.broker_addr(mq.broker_name)
+        if addr is None:
+            return None
+        cmd = p._request(mq, message, body, sysflag, props, False, False)
+        try:
+            response = self._call(addr, cmd, timeout or p.send_timeout)
+        except TimeoutError:
+            raise RemotingTimeoutError(f"no response to a send from {addr} within "
+                                       f"{timeout or p.send_timeout:.1f} s") from None
+        except (OSError, ProtocolError):
+            return None  # the loop's path reconnects, learns routes and retries
+        try:
+            return p._result(response, mq, message)
+        except BrokerError:
+            return None
+
+    def _call(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        conns: dict[str, tuple[socket.socket, FrameDecoder]] = \
+            self._local.__dict__.setdefault("conns", {})
+        conn = conns.get(addr)
+        if conn is None:
+            host, port = addr.rsplit(":", 1)
+            sock = socket.create_connection((host, int(port)), timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = conns[addr] = (sock, FrameDecoder())
+            with self._lock:
+                self._sockets.add(sock)
+        sock, decoder = conn
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(encode(cmd))
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionResetError("the broker closed the connection")
+                for frame in decoder.feed(data):
+                    if frame.flag & FLAG_RESPONSE and frame.opaque == cmd.opaque:
+                        return frame
+        except BaseException:
+            del conns[addr]  # its state is unknown now: the next send connects afresh
+            self._close(sock)
+            raise
+
+    def _close(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+        sock.close()
+
+    def close(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            sock.close()
+
+
 class Producer:
     """Sends messages; see ``rocketq.aio.Producer`` for the options.
 
@@ -74,6 +157,7 @@ class Producer:
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
         self._loop = _LoopThread.get()
         self._async = self._loop.call(self._new_async, group, namesrv, options)
+        self._direct = _DirectSends(self._async)
 
     def _new_async(self, group: str, namesrv: str, options: dict[str, Any]) -> AsyncProducer:
         """The asyncio producer this one drives (built on the loop thread)."""
@@ -88,6 +172,7 @@ class Producer:
         return self
 
     def shutdown(self) -> None:
+        self._direct.close()
         self._loop.run(self._async.shutdown())
 
     def __enter__(self) -> Producer:
@@ -100,6 +185,10 @@ class Producer:
              selector: Selector | None = None, arg: Any = None,
              timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer (retries on failure)."""
+        if queue is None and selector is None:
+            result = self._direct.send(message, timeout)
+            if result is not None:
+                return result
         return self._loop.run(self._async.send(message, queue=queue, selector=selector,
                                                arg=arg, timeout=timeout))
 

@@ -136,3 +136,27 @@ def test_no_route_at_all_is_a_clear_error(tmp_path):
                 producer.send(Message("T", b"x"))
     finally:
         st.stop()
+
+
+def test_sync_sends_go_from_the_callers_thread_once_the_route_is_known(servers):
+    servers.create_topic("Direct", 2)
+    with Producer("pg", namesrv=servers.namesrv) as producer:
+        results = [producer.send(Message("Direct", b"m%d" % i, tags="t")) for i in range(20)]
+        direct = producer._direct
+        assert len(direct._sockets) == 1  # this thread's own connection to the broker
+        for i, r in enumerate(results):
+            assert r.status is SendStatus.SEND_OK
+            stored = read_queue(servers, "Direct", r.queue.queue_id)[r.queue_offset]
+            assert stored.body == b"m%d" % i and stored.properties["UNIQ_KEY"] == r.msg_id
+            assert decode_offset_msg_id(r.offset_msg_id)[2] == stored.commitlog_offset
+        # A broken connection: the send goes through the loop instead, and succeeds.
+        direct.close()
+        r = producer.send(Message("Direct", b"after"))
+        assert read_queue(servers, "Direct", r.queue.queue_id)[r.queue_offset].body == b"after"
+        assert producer.send(Message("Direct", b"again")).status is SendStatus.SEND_OK
+        assert len(direct._sockets) == 1  # connected afresh
+        # A refusal is the same error as on the loop's path.
+        servers.brokers[0].store.config.maxMessageSize = 10
+        servers.brokers[0].store.reload_config()
+        with pytest.raises(ClientError, match="maxMessageSize"):
+            producer.send(Message("Direct", b"x" * 100))
