@@ -71,6 +71,9 @@ def add_bench_parser(sub: Any) -> None:
                            help="sends (or batches) in flight in async and batch modes")
             p.add_argument("--batch", type=_positive(int), default=32,
                            help="messages per batch in batch mode")
+            p.add_argument("--auto-batch", action=argparse.BooleanOptionalAction, default=None,
+                           help="coalesce sends in flight together into batches (the "
+                                "producer's auto_batch); default: on in async mode")
             p.add_argument("--producers", type=_positive(int), default=1,
                            help="producer tasks, each with its own client")
         if name in ("consume", "e2e"):
@@ -132,6 +135,11 @@ class Meter:
         return out
 
 
+def auto_batch(args: argparse.Namespace) -> bool:
+    """Whether the producers coalesce sends: as asked, else in async mode (its best path)."""
+    return args.mode == "async" if args.auto_batch is None else bool(args.auto_batch)
+
+
 def _quantiles(values: list[float]) -> tuple[float, float, float, float]:
     p50, p99, p999 = np.percentile(np.asarray(values), [50, 99, 99.9])
     return float(p50), float(p99), float(p999), max(values)
@@ -179,7 +187,8 @@ async def produce(args: argparse.Namespace, namesrv: str, meter: Meter,
     body = os.urandom(args.size // 2 + 1).hex()[:args.size].encode()
 
     async def one_producer(index: int) -> None:
-        producer = AsyncProducer(f"bench-producer-{os.getpid()}-{index}", namesrv)
+        producer = AsyncProducer(f"bench-producer-{os.getpid()}-{index}", namesrv,
+                                 auto_batch=auto_batch(args))
         await producer.start()
         try:
             if args.mode == "sync":
@@ -288,7 +297,8 @@ async def bench(args: argparse.Namespace, namesrv: str) -> dict[str, Any]:
         finally:
             stop.set()
             await reporter
-        result.update(mode=args.mode, producers=args.producers, produce=meter.result())
+        result.update(mode=args.mode, auto_batch=auto_batch(args), producers=args.producers,
+                      produce=meter.result())
     elif args.bench == "consume":
         meter = Meter("consume", args.size, count)
         meters.append(meter)
@@ -320,7 +330,8 @@ async def bench(args: argparse.Namespace, namesrv: str) -> dict[str, Any]:
             consumer.cancel()
             stop.set()
             await reporter
-        result.update(mode=args.mode, producers=args.producers, produce=sent.result(),
+        result.update(mode=args.mode, auto_batch=auto_batch(args), producers=args.producers,
+                      produce=sent.result(),
                       consume=received.result())
     return result
 
@@ -345,7 +356,8 @@ def _table(result: dict[str, Any]) -> str:
         rows.append((label, cell(parts[0], key, fmt), cell(parts[1], key, fmt)))
     head = f"rocketq bench {result['command']}: topic {result['topic']}, {result['size']} B"
     if "mode" in result:
-        head += f", mode {result['mode']}, {result['producers']} producer(s)"
+        head += (f", mode {result['mode']}{' with auto_batch' if result['auto_batch'] else ''}"
+                 f", {result['producers']} producer(s)")
     lines = [head]
     lines += [f"{a:<18} {b:>14} {c:>14}" for a, b, c in rows]
     if result["command"] == "e2e":
