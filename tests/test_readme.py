@@ -42,3 +42,11 @@ def test_message_types_example_runs(servers, capsys):
     out = capsys.readouterr().out
     assert "[b'created', b'paid', b'shipped']" in out
     assert "COMMIT" in out
+
+
+def test_auto_batch_example_runs(servers, capsys):
+    block = next(b for b in python_blocks() if "auto_batch=True" in b)
+    code = "\n".join(line[2:] for line in block.splitlines())  # indented in a list item
+    code = code.replace('"127.0.0.1:9876"', repr(servers.namesrv))
+    exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out == "1000 sent, SEND_OK\n"
