@@ -74,7 +74,7 @@ class Accumulator:
         p = message.properties
         return (len(body) + len(props) + ELEMENT_OVERHEAD <= self.max_bytes
                 and Property.DELAY not in p and Property.MSG_TYPE not in p
-                and not any(name.startswith("TIMER_") for name in p)
+                and b"TIMER_" not in props  # a value holding it only makes the message go alone
                 and not message.topic.startswith("%RETRY%"))
 
     async def send(self, message: Message, props: str, raw: bytes,

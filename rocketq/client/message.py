@@ -9,13 +9,13 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol import MessageRecord, Property, is_retry_topic
 from ..protocol.codec import pulled
 from ..protocol.message import (
-    SysFlag,
     create_offset_msg_id,
     decode_properties,
     plain_body,
@@ -193,101 +193,108 @@ class ReceivedMessage:
                    record.store_size, record)
 
 
+def _fixed(i: int) -> property:
+    """A field of a pulled message, read from the tuple ``codec.pulled`` made for it."""
+
+    def get(self: _PulledMessage) -> Any:
+        return self._f[i]
+
+    def put(self: _PulledMessage, value: Any) -> None:
+        f = self._f
+        self._f = (*f[:i], value, *f[i + 1:])
+
+    return property(get, put)
+
+
+def _cached(name: str, make: Callable[[_PulledMessage], Any]) -> property:
+    """A field made from the record on first use (``make``), then kept in slot ``name``."""
+
+    def get(self: _PulledMessage) -> Any:
+        value = getattr(self, name)
+        if value is None:
+            value = make(self)
+            setattr(self, name, value)
+        return value
+
+    def put(self: _PulledMessage, value: Any) -> None:
+        setattr(self, name, value)
+
+    return property(get, put)
+
+
+def _host(ip_at: int) -> property:
+    def get(self: _PulledMessage) -> tuple[str, int]:
+        f = self._f
+        return socket.inet_ntoa(f[ip_at]), f[ip_at + 1]
+
+    def put(self: _PulledMessage, value: tuple[str, int]) -> None:
+        f = self._f
+        self._f = (*f[:ip_at], socket.inet_aton(value[0]), value[1], *f[ip_at + 2:])
+
+    return property(get, put)
+
+
 class _PulledMessage(ReceivedMessage):
-    """A pulled message whose properties, ids and hosts are decoded on first use: a consumer
-    that reads only bodies pays for none of them."""
+    """A pulled message that keeps the tuple ``codec.pulled`` read from its record and makes
+    each field from it when asked: the topic and body at once, properties, ids and hosts only
+    when a reader wants them."""
 
-    @property  # type: ignore[override]
-    def properties(self) -> dict[str, str]:
-        d = self.__dict__
-        props = d.get("_props")
-        if props is None:
-            props = d["_props"] = decode_properties(d["_raw_props"])
-        return props
+    __slots__ = ("_f", "_broker", "_topic", "_body", "_props", "_msg_id", "_offset_id")
 
-    @properties.setter
-    def properties(self, value: dict[str, str]) -> None:
-        self.__dict__["_props"] = value
-
-    @property  # type: ignore[override]
-    def offset_msg_id(self) -> str:
-        d = self.__dict__
-        value = d.get("_offset_id")
-        if value is None:
-            value = d["_offset_id"] = create_offset_msg_id(d["_store_ip"], d["_store_port"],
-                                                           self.commitlog_offset)
-        return value
-
-    @offset_msg_id.setter
-    def offset_msg_id(self, value: str) -> None:
-        self.__dict__["_offset_id"] = value
-
-    @property  # type: ignore[override]
-    def msg_id(self) -> str:
-        d = self.__dict__
-        value = d.get("_msg_id")
-        if value is None:
-            value = d["_msg_id"] = self.properties.get(Property.UNIQ_KEY) or self.offset_msg_id
-        return value
-
-    @msg_id.setter
-    def msg_id(self, value: str) -> None:
-        self.__dict__["_msg_id"] = value
-
-    @property  # type: ignore[override]
-    def born_host(self) -> tuple[str, int]:
-        d = self.__dict__
-        return socket.inet_ntoa(d["_born_ip"]), d["_born_port"]
-
-    @born_host.setter
-    def born_host(self, value: tuple[str, int]) -> None:
-        self.__dict__["_born_ip"], self.__dict__["_born_port"] = \
-            socket.inet_aton(value[0]), value[1]
-
-    @property  # type: ignore[override]
-    def store_host(self) -> tuple[str, int]:
-        d = self.__dict__
-        return socket.inet_ntoa(d["_store_ip"]), d["_store_port"]
-
-    @store_host.setter
-    def store_host(self, value: tuple[str, int]) -> None:
-        self.__dict__["_store_ip"], self.__dict__["_store_port"] = \
-            socket.inet_aton(value[0]), value[1]
+    # codec.pulled: (topic, body, queue_id, flag, queue_offset, commitlog_offset, sysflag,
+    # born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port,
+    # reconsume_times, properties, store_size)
+    queue_id = _fixed(2)
+    flag = _fixed(3)
+    queue_offset = _fixed(4)
+    commitlog_offset = _fixed(5)
+    sysflag = _fixed(6)
+    born_timestamp = _fixed(7)
+    born_host = _host(8)
+    store_timestamp = _fixed(10)
+    store_host = _host(11)
+    reconsume_times = _fixed(13)
+    store_size = _fixed(15)
+    topic = _cached("_topic", lambda m: _topic_name(m._f[0]))
+    body = _cached("_body", lambda m: plain_body(m._f[1], m._f[6]))
+    properties = _cached("_props", lambda m: decode_properties(m._f[14]))
+    offset_msg_id = _cached("_offset_id", lambda m: create_offset_msg_id(
+        m._f[11], m._f[12], m._f[5]))
+    msg_id = _cached("_msg_id", lambda m: m.properties.get(Property.UNIQ_KEY)
+                     or m.offset_msg_id)
+    broker_name = _cached("_broker", lambda m: "")
+    _record = None
 
 
 _topics: dict[bytes, str] = {}
 
 
+def _topic_name(raw: bytes) -> str:
+    topic = _topics.get(raw)
+    if topic is None:
+        topic = raw.decode()
+        if len(_topics) < 10_000:
+            _topics[raw] = topic
+    return topic
+
+
 def pulled_messages(data: bytes, broker_name: str) -> list[ReceivedMessage]:
-    """The messages of a pull answer's body, decoded in one pass (``codec.pulled``) with
-    their properties left encoded until asked for. A retried message shows its original
+    """The messages of a pull answer's body, read in one pass (``codec.pulled``); each makes
+    its fields from that pass when they are asked for. A retried message shows its original
     topic, as from :meth:`ReceivedMessage.from_record`."""
     out = []
     append = out.append
     new = object.__new__
     cls = _PulledMessage
-    compressed = SysFlag.COMPRESSED
-    topics = _topics
-    for (raw_topic, body, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_ip,
-         born_port, store_ts, store_ip, store_port, reconsume, raw_props, size) in pulled(data):
-        topic = topics.get(raw_topic)
-        if topic is None:
-            topic = raw_topic.decode()
-            if len(topics) < 10_000:
-                topics[raw_topic] = topic
+    for fields in pulled(data):
         m = new(cls)
-        m.__dict__ = {
-            "topic": topic, "body": plain_body(body, sysflag) if sysflag & compressed
-            else body, "queue_id": queue_id, "queue_offset": queue_offset,
-            "commitlog_offset": phys, "broker_name": broker_name,
-            "born_timestamp": born_ts, "store_timestamp": store_ts,
-            "reconsume_times": reconsume, "flag": flag, "sysflag": sysflag,
-            "store_size": size, "_raw_props": raw_props, "_born_ip": born_ip,
-            "_born_port": born_port, "_store_ip": store_ip, "_store_port": store_port}
-        if topic.startswith("%RETRY%"):
+        m._f = fields
+        m._broker = broker_name
+        m._topic = m._body = m._props = m._msg_id = m._offset_id = None
+        if fields[0].startswith(b"%RETRY%"):
             retry_of = m.properties.get(Property.RETRY_TOPIC)
             if retry_of:
-                m.topic = retry_of
+                m._topic = retry_of
         append(m)
     return out
 

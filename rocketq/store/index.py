@@ -42,6 +42,10 @@ def index_key_hash(key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
+def _key_hash(key: bytes) -> int:
+    return index_key_hash(key.decode("utf-8", "replace"))
+
+
 def _powers_of_31(n: int) -> np.ndarray:
     """``31**k mod 2**32`` for k in ``range(n)`` (or more), cached."""
     global _POWERS
@@ -296,12 +300,12 @@ class Index:
                  timestamps: list[int]) -> None:
         """Index entries in order: full keys (``topic#key``, bytes or str), CommitLog offsets
         and store timestamps, rolling to a new file when one fills up."""
-        if len(keys) < _BULK_MIN and not codec.COMPILED:
+        if len(keys) < _BULK_MIN:
             # Array set-up costs more than it saves on a handful of keys.
             f = self._writable()
-            for key, offset, ts in zip(keys, phys, timestamps, strict=True):
-                h = index_key_hash(key.decode("utf-8", "replace") if isinstance(key, bytes)
-                                   else key)
+            encoded = keys if type(keys[0]) is bytes else [k.encode() for k in keys]
+            for h, offset, ts in zip(codec.index_hashes(encoded) if codec.COMPILED else
+                                     map(_key_hash, encoded), phys, timestamps, strict=True):
                 if not f.put(h, offset, ts):
                     f = self._writable()
                     f.put(h, offset, ts)
