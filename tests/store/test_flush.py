@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 import pytest
@@ -175,5 +176,45 @@ def test_a_send_waiting_while_its_broker_is_demoted_is_not_reported_stored(tmp_p
         steady, demoted = asyncio.run(main())
         assert steady.status is PutStatus.PUT_OK
         assert demoted.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+    finally:
+        store.close()
+
+
+def test_quick_fsyncs_run_on_the_loop_and_slow_ones_go_back_to_a_thread(tmp_path,
+                                                                       monkeypatch):
+    store = MessageStore(small_config(tmp_path, flushDiskType="SYNC_FLUSH"))
+    threads = []
+    real = os.fdatasync
+    delay = 0.0
+
+    def traced(fd):
+        name = threading.current_thread().name
+        if name == "MainThread" or name.startswith("rocketq-store-fsync"):
+            threads.append(threading.get_ident())  # not the housekeeper's flushes
+        if delay:
+            time.sleep(delay)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", traced)
+
+    async def main():
+        nonlocal delay
+        w = StoreWriter(store)
+        loop_thread = threading.get_ident()
+        try:
+            for i in range(20):  # a quick disk: after a few rounds on the thread, inline
+                assert (await w.put_message(StoreMessage.create("T", b"q%d" % i, 0))
+                        ).status is PutStatus.PUT_OK
+            assert threads[0] != loop_thread and threads[-1] == loop_thread
+            delay = 0.05  # the disk turns slow: one round holds the loop, then a thread
+            for i in range(3):
+                assert (await w.put_message(StoreMessage.create("T", b"s%d" % i, 0))
+                        ).status is PutStatus.PUT_OK
+            assert threads[-3] == loop_thread and threads[-1] != loop_thread
+        finally:
+            w.close()
+
+    try:
+        asyncio.run(main())
     finally:
         store.close()
