@@ -67,6 +67,7 @@ class Accumulator:
         self._lanes: dict[tuple[str, MessageQueue | None], _Lane] = {}
         self._room: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # asked once, not per send
 
     def fits(self, message: Message, body: bytes, props: bytes) -> bool:
         """Whether a prepared message may go in a batch: small enough, and nothing the broker
@@ -92,7 +93,10 @@ class Accumulator:
             lane = self._lanes[key] = _Lane(message.topic, queue)
         if lane.open and lane.open_bytes + size > self.max_bytes:
             self._close(lane)
-        future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendResult] = loop.create_future()
         lane.open.append((message, props, raw, time.monotonic() + timeout, future))
         lane.open_bytes += size
         self.held += size
@@ -130,11 +134,12 @@ class Accumulator:
         while lane.ready and not (ordered and lane.in_flight):
             items, size = lane.ready.popleft()
             lane.in_flight += 1
-            task = asyncio.get_running_loop().create_task(self._send(lane, items, size))
+            task = self._loop.create_task(self._send(lane, items, size))  # type: ignore[union-attr]
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if lane.open and lane.timer is None:
-            loop = asyncio.get_running_loop()
+            loop = self._loop
+            assert loop is not None
             if lane.in_flight:
                 lane.timer = loop.call_later(self.max_delay, self._on_timer, lane)
             else:

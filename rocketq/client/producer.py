@@ -26,11 +26,12 @@ from ..protocol import (
     RequestCode,
     ResponseCode,
     SysFlag,
+    codec,
     encode_properties,
     is_retry_topic,
     validate_topic,
 )
-from ..protocol.message import MAX_PROPERTIES_SIZE, encode_batch
+from ..protocol.message import MAX_PROPERTIES_SIZE
 from ..remoting import RemotingError
 from .accumulator import Accumulator
 from .errors import BrokerError, ClientError, MessageValidationError
@@ -284,7 +285,7 @@ class AsyncProducer:
                                queue: MessageQueue | None, timeout: float) -> SendResult:
         """One SEND_BATCH_MESSAGE of validated ``(message, encoded properties)`` elements;
         the broker's answer names the first message's queue offset and every offset id."""
-        body = encode_batch([(m.flag, m.body, raw) for m, raw in elements])
+        body = codec.encode_batch([(m.flag, m.body, raw) for m, raw in elements])
         return await self._send_prepared(Message(topic, body), body, 0, encode_properties(
             {Property.UNIQ_KEY: unique_ids.next(), Property.WAIT: "true"}), queue, None, None,
             timeout, self.retries, False, batch=True)
