@@ -316,6 +316,9 @@ def create_reply(request: ReceivedMessage, body: bytes | str) -> Message:
 # ---------------------------------------------------------------------------- unique ids
 
 
+_HEX2 = [f"{i:02X}" for i in range(256)]
+
+
 class UniqueIdGenerator:
     """Client message ids (UNIQ_KEY) as RocketMQ's MessageClientIDSetter makes them:
     hex of ip(4) pid(2) random(4) ms-since-month-start(4) counter(2)."""
@@ -331,6 +334,7 @@ class UniqueIdGenerator:
         self._counter = itertools.count(1)
         self._month_start = 0.0
         self._next_month = 0.0
+        self._head = (-1, "")
 
     def _roll_month(self, now: float) -> None:
         t = time.localtime(now)
@@ -347,7 +351,10 @@ class UniqueIdGenerator:
                     self._roll_month(now)
         counter = next(self._counter) & 0xFFFF  # itertools.count is atomic under the GIL
         since = int((now - self._month_start) * 1000) & 0xFFFFFFFF
-        return f"{self._prefix}{since:08X}{counter:04X}"
+        head = self._head  # (millisecond, the id up to it): one tuple, so threads agree
+        if head[0] != since:
+            head = self._head = (since, f"{self._prefix}{since:08X}")
+        return head[1] + _HEX2[counter >> 8] + _HEX2[counter & 0xFF]
 
 
 unique_ids = UniqueIdGenerator()

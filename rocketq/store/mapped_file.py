@@ -101,7 +101,7 @@ class MappedFile:
         pos = self.wrote_position
         n = len(data)
         if n > 4:
-            self.view[pos + 4:pos + n] = data[4:]
+            self.view[pos + 4:pos + n] = memoryview(data)[4:]  # no copy of the tail first
         self.view[pos:pos + min(n, 4)] = data[:4]
         self.wrote_position = pos + n
         return pos
