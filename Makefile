@@ -41,7 +41,7 @@ bench-deps: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 
 compare: $(STAMP)
-	$(BIN)/python benchmarks/compare_peers.py --chart docs/benchmarks.png
+	$(BIN)/python benchmarks/compare_peers.py --rounds 3 --chart docs/benchmarks.png
 
 example: $(STAMP)
 	$(BIN)/python -m examples.clickstream
