@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -68,6 +69,11 @@ class _LoopThread:
         return self.call(factory)
 
 
+async def _refresh_route(producer: AsyncProducer, topic: str) -> None:
+    with contextlib.suppress(Exception):
+        await producer.instance.update_route(topic)
+
+
 class _DirectSends:
     """Sends made on the caller's own thread, over its own blocking connection to the broker,
     when the producer already knows the route: no hand-off to the loop thread and back (the
@@ -75,8 +81,9 @@ class _DirectSends:
     refused or failed send, fault tolerance or auto-batching turned on) returns None and the
     send goes through the loop, with its retries."""
 
-    def __init__(self, producer: AsyncProducer) -> None:
+    def __init__(self, producer: AsyncProducer, loop: _LoopThread) -> None:
         self.producer = producer
+        self.loop = loop
         self._local = threading.local()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -99,6 +106,9 @@ class _DirectSends:
         try:
             response = self._call(addr, cmd, timeout or p.send_timeout)
         except TimeoutError:
+            # The broker may be gone or paused (a failover): learn the route now, as the
+            # loop's path does, so the next send goes to the group's new master.
+            self.loop.submit(_refresh_route(p, message.topic))
             raise RemotingTimeoutError(f"no response to a send from {addr} within "
                                        f"{timeout or p.send_timeout:.1f} s") from None
         except (OSError, ProtocolError):
@@ -157,7 +167,7 @@ class Producer:
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
         self._loop = _LoopThread.get()
         self._async = self._loop.call(self._new_async, group, namesrv, options)
-        self._direct = _DirectSends(self._async)
+        self._direct = _DirectSends(self._async, self._loop)
 
     def _new_async(self, group: str, namesrv: str, options: dict[str, Any]) -> AsyncProducer:
         """The asyncio producer this one drives (built on the loop thread)."""
