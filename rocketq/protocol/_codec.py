@@ -211,7 +211,9 @@ def pulled(data: bytes) -> list[tuple]:
     a consumer builds its message from: ``(topic, body, queue_id, flag, queue_offset,
     commitlog_offset, sysflag, born_timestamp, born_ip, born_port, store_timestamp,
     store_ip, store_port, reconsume_times, properties, store_size)``, topic and properties
-    as bytes."""
+    as bytes. The checks are :func:`walk`'s, written out again on purpose: a helper shared by
+    the two costs a call and a tuple per record, 15 % of this function compiled (measured),
+    and the twin test holds both to the same errors."""
     out = []
     unpack = _PULLED.unpack_from
     end = len(data)
