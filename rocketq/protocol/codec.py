@@ -28,6 +28,8 @@ impl = _load()
 COMPILED: bool = impl is not _codec
 
 CodecError = impl.CodecError
+MAGIC_V1 = impl.MAGIC_V1
+MAGIC_V2 = impl.MAGIC_V2
 frame_spans = impl.frame_spans
 encode_properties = impl.encode_properties
 decode_properties = impl.decode_properties
@@ -38,5 +40,6 @@ encode_batch = impl.encode_batch
 walk = impl.walk
 pulled = impl.pulled
 
-__all__ = ["COMPILED", "CodecError", "decode_properties", "encode_batch", "encode_properties",
-           "frame_spans", "impl", "index_hashes", "property_value", "pulled", "split_batch", "walk"]
+__all__ = ["COMPILED", "MAGIC_V1", "MAGIC_V2", "CodecError", "decode_properties",
+           "encode_batch", "encode_properties", "frame_spans", "impl", "index_hashes",
+           "property_value", "pulled", "split_batch", "walk"]

@@ -24,8 +24,8 @@ from typing import Any
 
 from . import codec
 
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
+MAGIC_V1 = codec.MAGIC_V1  # 0xDAA320A7
+MAGIC_V2 = codec.MAGIC_V2  # 0xDAA320AB
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog file
 
 #: The fixed part of a record, up to and including BODYLEN: each field's name and struct
@@ -76,7 +76,6 @@ def record_struct(*names: str) -> RecordStruct:
 
 #: Every field of the fixed part.
 RECORD_HEADER = record_struct(*(name for name, _ in RECORD_FIELDS))
-_V6_HOSTS = 0x10 | 0x20  # SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 88
 #: Where each field starts inside a record.
 RECORD_FIELD_POS: dict[str, int] = {

@@ -147,3 +147,12 @@ def test_frames(payloads, tail, max_frame, cuts):
     data = b"".join(len(p).to_bytes(4, "big") + p for p in payloads) + tail
     same("frame_spans", data, max_frame)
     same("frame_spans", mutated(data, cuts), max_frame)
+
+
+def test_the_codec_reads_the_record_layout_the_message_module_describes():
+    # _codec imports nothing of rocketq, so it states the layout's sizes itself.
+    from rocketq.protocol import message
+
+    assert (pure.RECORD_HEADER_SIZE, pure.RECORD_OVERHEAD) == (message.RECORD_HEADER_SIZE,
+                                                               message.RECORD_OVERHEAD)
+    assert pure._PULLED.size == message.RECORD_HEADER_SIZE
