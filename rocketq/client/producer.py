@@ -177,7 +177,8 @@ class AsyncProducer:
             body = zlib.compress(body, self.compress_level)
             sysflag |= SysFlag.COMPRESSED
         encoded = encode_properties(props)
-        if len(encoded.encode()) > MAX_PROPERTIES_SIZE:
+        # Bytes on the wire; an ASCII string (nearly all) is as long as its encoding.
+        if (len(encoded) if encoded.isascii() else len(encoded.encode())) > MAX_PROPERTIES_SIZE:
             raise MessageValidationError(
                 f"the message properties are over {MAX_PROPERTIES_SIZE} bytes")
         return body, sysflag, encoded
