@@ -262,7 +262,7 @@ class _PulledMessage(ReceivedMessage):
         m._f[11], m._f[12], m._f[5]))
     msg_id = _cached("_msg_id", lambda m: m.properties.get(Property.UNIQ_KEY)
                      or m.offset_msg_id)
-    broker_name = _cached("_broker", lambda m: "")
+    broker_name = property(lambda m: m._broker, lambda m, value: setattr(m, "_broker", value))
     _record = None
 
 
