@@ -51,6 +51,7 @@ from .registration import Registration
 from .replicas import ReplicasManager, Role, consistent_point
 from .send import SendProcessor
 from .send_back import SendBack
+from .sink import SinkCommits
 from .slave_sync import SlaveSync
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
@@ -120,6 +121,7 @@ class Broker:
         self.timer = TimerWheel(self.config_dir, store, put)
         self.transactions = Transactions(self.config_dir, config, store, put, self.topics,
                                          self.clients)
+        self.sinks = SinkCommits(config.brokerName, store, put, self.transactions)
         self.send = SendProcessor(config, store_config, store, put, self.topics,
                                   self.subscription_groups, self.clients, self.stats, changed)
         self.send_back = SendBack(config, store_config, store, put, self.topics,
@@ -158,7 +160,7 @@ class Broker:
             RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._role_changed,
         }
         for part in (self.client_requests, self.send_back, self.offset_requests,
-                     self.message_queries, self.admin, self.consumer_calls):
+                     self.message_queries, self.admin, self.consumer_calls, self.sinks):
             handlers.update(part.handlers())
         handlers.update(subscription_group_handlers(self.subscription_groups, self.offsets))
         return guard_admin_fields(handlers)  # a bad admin field: INVALID_PARAMETER

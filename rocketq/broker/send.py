@@ -218,6 +218,10 @@ class SendProcessor:
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
             (ext.get(names.batch) or "").lower() in ("true", "1"))
         message: StoreMessage | BatchMessage
+        if batch and sysflag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED:
+            # As RocketMQ's store refuses it: a batch's elements would be stored visible.
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                remark="a batch of messages cannot be a transactional half")
         if batch:
             # The elements go from the request's body straight into records.
             message = BatchMessage(topic, cmd.body, queue_id, suffix=self.cluster_property,

@@ -25,6 +25,7 @@ from ..protocol import (
     Perm,
     validate_topic,
 )
+from ..protocol.topic import SINK_LEDGER_TOPIC
 from .config import BrokerConfig
 from .files import write_atomically
 
@@ -169,7 +170,7 @@ class TopicTable:
         cfg = self.config
         wanted = [TopicConfig("SELF_TEST_TOPIC", 1, 1), TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
                   TopicConfig(SCHEDULE_TOPIC, 18, 18), TopicConfig(TRANS_HALF_TOPIC, 1, 1),
-                  TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1),
+                  TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1), TopicConfig(SINK_LEDGER_TOPIC, 1, 1),
                   TopicConfig(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1),
                   TopicConfig(TIMER_TOPIC, 1, 1)]
         if cfg.autoCreateTopicEnable:

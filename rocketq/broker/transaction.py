@@ -53,6 +53,13 @@ COMMIT = SysFlag.TRANSACTION_COMMIT
 ROLLBACK = SysFlag.TRANSACTION_ROLLBACK
 UNKNOWN = 0
 OP_TAG = "d"
+OPS_PER_RECORD = 1024  # half offsets listed by one op record
+
+
+def _op_record(half_queue_offsets: list[int]) -> StoreMessage:
+    return StoreMessage(TRANS_OP_HALF_TOPIC, ",".join(map(str, half_queue_offsets)).encode(),
+                        0, properties=encode_properties({Property.TAGS: OP_TAG}),
+                        born_timestamp=int(time.time() * 1000))
 
 
 def to_half(topic: str, queue_id: int, properties: dict[str, str]) -> tuple[str, int]:
@@ -81,7 +88,10 @@ class Transactions:
         self.half_offset = 0
         self.checks: dict[int, int] = {}
         self.resolved: set[int] = set()
-        self._lock = asyncio.Lock()
+        #: Resolves an exactly-once sink's half left open too long (sink.py).
+        self.sink_orphan: Callable[[MessageRecord], Awaitable[None]] | None = None
+        #: Held while half messages are resolved, so each is resolved once.
+        self.lock = asyncio.Lock()
         if os.path.exists(self.path):
             with open(self.path, "rb") as fh:
                 data = orjson.loads(fh.read())
@@ -116,12 +126,30 @@ class Transactions:
         write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
     async def _write_op(self, half_queue_offset: int) -> None:
-        message = StoreMessage(TRANS_OP_HALF_TOPIC, str(half_queue_offset).encode(), 0,
-                               properties=encode_properties({Property.TAGS: OP_TAG}),
-                               born_timestamp=int(time.time() * 1000))
-        await self.put([message])
-        self.resolved.add(half_queue_offset)
-        self.checks.pop(half_queue_offset, None)
+        await self.put([_op_record([half_queue_offset])])
+        self._mark_resolved([half_queue_offset])
+
+    def _mark_resolved(self, half_queue_offsets: list[int]) -> None:
+        self.resolved.update(half_queue_offsets)
+        for offset in half_queue_offsets:
+            self.checks.pop(offset, None)
+
+    def is_open(self, half_queue_offset: int) -> bool:
+        return (half_queue_offset >= self.half_offset
+                and half_queue_offset not in self.resolved)
+
+    async def resolve_many(self, halves: list[MessageRecord], commit: bool) -> None:
+        """Commit or roll back many half messages with one append: the committed messages
+        followed by op records listing their half offsets (comma-separated, as RocketMQ 5's
+        batched op messages are). The caller holds :attr:`lock`."""
+        halves = [h for h in halves if self.is_open(h.queue_offset)]
+        for start in range(0, len(halves), OPS_PER_RECORD):
+            chunk = halves[start:start + OPS_PER_RECORD]
+            offsets = [h.queue_offset for h in chunk]
+            messages = [self._committed(h) for h in chunk] if commit else []
+            messages.append(_op_record(offsets))
+            await self.put(messages)
+            self._mark_resolved(offsets)
 
     # ------------------------------------------------------------------ END_TRANSACTION
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand
@@ -144,7 +172,7 @@ class Transactions:
         if state_offset not in (None, "") and int(state_offset) != half_offset:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark="tranStateTableOffset does not match the half message")
-        async with self._lock:
+        async with self.lock:
             if half_offset in self.resolved or half_offset < self.half_offset:
                 return cmd.response(ResponseCode.SUCCESS)  # resolved already: idempotent
             if kind == COMMIT:
@@ -186,7 +214,7 @@ class Transactions:
         now = int(time.time() * 1000)
         end = store.get_max_offset(TRANS_HALF_TOPIC, 0)
         asked = 0
-        async with self._lock:
+        async with self.lock:
             offset = max(self.half_offset, store.get_min_offset(TRANS_HALF_TOPIC, 0))
             advancing = True
             while offset < end:
@@ -210,7 +238,9 @@ class Transactions:
                 if now - half.store_timestamp < timeout:
                     break  # younger ones follow
                 count = self.checks.get(offset, 0)
-                if count >= cfg.transactionCheckMax:
+                if self.sink_orphan is not None and Property.SINK_NAME in half.properties:
+                    await self.sink_orphan(half)  # an exactly-once sink's: its ledger decides
+                elif count >= cfg.transactionCheckMax:
                     await self._discard(half)
                 else:
                     if self._ask(half):

@@ -224,6 +224,19 @@ class AsyncProducer:
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
+    async def send_half(self, message: Message, *, retries: int | None = None,
+                        timeout: float | None = None) -> SendResult:
+        """Store ``message`` as a transactional half message, invisible to consumers until
+        its transaction is committed; the caller ends the transaction."""
+        if message.delay_level:
+            raise MessageValidationError("a transactional message cannot be delayed")
+        message.properties[Property.TRANSACTION_PREPARED] = "true"
+        message.properties[Property.PRODUCER_GROUP] = self.group
+        body, sysflag, props = self._prepare(message)
+        return await self._send_prepared(
+            message, body, sysflag | SysFlag.TRANSACTION_PREPARED, props, None, None, None,
+            timeout or self.send_timeout, self.retries if retries is None else retries, False)
+
     async def request(self, message: Message, timeout: float = 3.0) -> ReceivedMessage:
         """Send a request and wait for its reply (RocketMQ's request-reply): a consumer of
         the topic answers with ``create_reply(request, body)``."""

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..protocol import Property, RemotingCommand, RequestCode, SysFlag, decode_record
 from ..protocol.message import decode_offset_msg_id
 from ..remoting import Connection, RemotingError
-from .errors import ClientError, MessageValidationError
+from .errors import ClientError
 from .instance import ClientInstance
 from .message import Message, ReceivedMessage, SendResult, SendStatus
 from .producer import AsyncProducer
@@ -90,14 +90,7 @@ class AsyncTransactionProducer(AsyncProducer):
     async def send_message_in_transaction(self, message: Message, arg: Any = None
                                           ) -> TransactionSendResult:
         """Store a half message, run the local transaction, then end the transaction."""
-        if message.delay_level:
-            raise MessageValidationError("a transactional message cannot be delayed")
-        message.properties[Property.TRANSACTION_PREPARED] = "true"
-        message.properties[Property.PRODUCER_GROUP] = self.group
-        body, sysflag, props = self._prepare(message)
-        sysflag |= SysFlag.TRANSACTION_PREPARED
-        result = await self._send_prepared(message, body, sysflag, props, None, None, None,
-                                           self.send_timeout, self.retries, False)
+        result = await self.send_half(message)
         if result.status is SendStatus.SEND_OK:
             state = await self._call(self.listener.execute_local_transaction, message, arg)
         else:

@@ -85,6 +85,11 @@ class RequestCode(enum.IntEnum):
     NOTIFY_BROKER_ROLE_CHANGED = 1008
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # rocketq's own, for exactly-once sinks (RocketMQ has no code near these): read a sink
+    # batch's decision, commit a batch's halves under a decision, roll back a batch's halves.
+    SINK_DECISION = 38001
+    SINK_COMMIT = 38002
+    SINK_ABORT = 38003
 
 
 class ResponseCode(enum.IntEnum):

@@ -151,6 +151,10 @@ class Property:
     SHARDING_KEY = "__SHARDINGKEY"
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+    # rocketq's own: the half messages of an exactly-once sink (broker/sink.py).
+    SINK_NAME = "__SINK_NAME"
+    SINK_BATCH = "__SINK_BATCH"
+    SINK_TXN = "__SINK_TXN"
 
 
 #: Bytes that are not a well-formed message record, batch or property string.

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+import orjson
 
 from ..client.consumer import pull_request
 from ..client.instance import ClientInstance
 from ..client.message import Message, MessageQueue
 from ..client.sync import _LoopThread
-from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
+from ..protocol import Property, PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from ..protocol.filter import Subscription
 from ..remoting import RemotingClient, run
+
+log = logging.getLogger("rocketq.spark")
 
 
 def queue_offsets(namesrv: str, topics: list[str]
@@ -218,16 +225,46 @@ def _column(batch: Any, name: str) -> list[Any]:
 SEND_WINDOW = 256  # sends in flight per writing task
 
 
+@dataclass
+class Halves:
+    """How a task of an exactly-once sink sends: its rows as half messages of one txn of a
+    sink's batch, checked (resolved from the broker's ledger) if left open ``check_after_s``."""
+
+    sink: str
+    batch: str
+    txn: str
+    check_after_s: int
+
+    def properties(self) -> dict[str, str]:
+        return {Property.SINK_NAME: self.sink, Property.SINK_BATCH: self.batch,
+                Property.SINK_TXN: self.txn,
+                Property.CHECK_IMMUNITY_TIME_IN_SECONDS: str(self.check_after_s)}
+
+
+@dataclass
+class Sent:
+    """What a task sent: messages per broker name, and the brokers' addresses."""
+
+    counts: dict[str, int]
+    addrs: dict[str, str]
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts.values())
+
+
 def send_batches(namesrv: str, default_topic: str | None, group: str,
-                 batches: Iterable[Any]) -> int:
+                 batches: Iterable[Any], halves: Halves | None = None) -> Sent:
     """Send each row of Arrow record batches as a message, with up to SEND_WINDOW sends in
     flight. The first failed send raises (the Spark task then fails and is retried: at least
-    once). Columns: ``body`` (binary or string), optional ``topic`` (used when there is no
-    ``default_topic``), ``tags``, ``keys`` (a string or a list of strings), ``properties``
-    (a map)."""
+    once). With ``halves``, the rows go as half messages, each sent once (no retry: a failed
+    task's halves are rolled back, and its retry sends them under a new txn). Columns:
+    ``body`` (binary or string), optional ``topic`` (used when there is no ``default_topic``),
+    ``tags``, ``keys`` (a string or a list of strings), ``properties`` (a map)."""
     from ..client.producer import AsyncProducer
 
     loop, _client = _worker_client()
+    extra = halves.properties() if halves is not None else None
 
     def messages() -> Iterator[Message]:
         for batch in batches:
@@ -241,31 +278,111 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
                     raise ValueError("a row has no topic and the writer has no 'topic' option")
                 if body is None:
                     raise ValueError(f"a row for {topic} has a null body")
+                properties = dict(props) if props else None
+                if extra is not None:
+                    properties = {**properties, **extra} if properties else dict(extra)
                 yield Message(topic, body, tags=tags or None, keys=keys or None,
-                              properties=dict(props) if props else None)
+                              properties=properties)
 
-    async def go() -> int:
-        sent = 0
+    async def go() -> Sent:
+        counts: dict[str, int] = {}
         producer = AsyncProducer(group, namesrv)
         await producer.start()
+        send = producer.send if halves is None else partial(producer.send_half, retries=0)
         pending: set[asyncio.Future[Any]] = set()
+
+        def count(done: Iterable[asyncio.Future[Any]]) -> None:
+            for task in done:
+                broker = task.result().queue.broker_name
+                counts[broker] = counts.get(broker, 0) + 1
+
         try:
             for message in messages():
-                pending.add(asyncio.ensure_future(producer.send(message)))
+                pending.add(asyncio.ensure_future(send(message)))
                 if len(pending) >= SEND_WINDOW:
                     done, pending = await asyncio.wait(pending,
                                                        return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        task.result()
-                        sent += 1
-            for task in asyncio.as_completed(pending):
-                await task
-                sent += 1
-            pending = set()
+                    count(done)
+            if pending:
+                done, pending = await asyncio.wait(pending,
+                                                   return_when=asyncio.FIRST_EXCEPTION)
+                count(done)
         finally:
             for task in pending:
                 task.cancel()
+            addrs = {name: producer.instance.broker_addr(name) or "" for name in counts}
             await producer.shutdown()
-        return sent
+        return Sent(counts, addrs)
 
     return loop.run(go())
+
+
+# --------------------------------------------------------------------------- sink commits
+async def _brokers(namesrv: str, topics: Iterable[str], addrs: dict[str, str]) -> list[str]:
+    """The addresses in ``addrs`` (name -> address) and the masters of the topics' routes."""
+    instance = ClientInstance(namesrv)
+    out = dict(addrs)
+    try:
+        for topic in topics:
+            route = await instance.fetch_route(topic)
+            for name, by_id in (route.broker_addrs if route else {}).items():
+                if 0 in by_id:
+                    out.setdefault(name, by_id[0])
+    finally:
+        await instance.remoting.close()
+    return sorted(set(out.values()) - {""})
+
+
+def _sink_request(code: int, sink: str, batch: str, body: bytes = b"") -> RemotingCommand:
+    return RemotingCommand.request(code, {"sink": sink, "batch": batch}, body)
+
+
+def commit_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink: str,
+                batch: str, decision: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Commit a sink's batch on every broker: the brokers that hold its halves (``addrs``,
+    name -> address) and those of ``topics``. A decision recorded before (the batch is
+    replayed) wins over ``decision``; the one applied is returned. Raises if a broker refuses
+    or cannot be reached: the batch is then not done, and Spark runs it again."""
+    loop, client = _worker_client()
+
+    async def go() -> dict[str, dict[str, int]]:
+        targets = await _brokers(namesrv, topics, addrs)
+        # A decision recorded on any broker is the batch's: a driver that died after
+        # committing on some brokers and not others left it there.
+        answers = await asyncio.gather(*(client.invoke(addr, _sink_request(
+            RequestCode.SINK_DECISION, sink, batch), 30) for addr in targets))
+        chosen = decision
+        for addr, r in zip(targets, answers, strict=True):
+            if r.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"reading sink {sink} batch {batch} on {addr}: {r.remark}")
+            if r.ext_fields.get("decided") == "true":
+                chosen = orjson.loads(r.body)["txns"]
+                break
+        body = orjson.dumps({"txns": chosen})
+        answers = await asyncio.gather(*(client.invoke(addr, _sink_request(
+            RequestCode.SINK_COMMIT, sink, batch, body), 60) for addr in targets))
+        for addr, r in zip(targets, answers, strict=True):
+            if r.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"committing on {addr}: {r.remark}")
+        return chosen
+
+    return loop.run(go())
+
+
+def abort_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink: str,
+               batch: str) -> None:
+    """Roll back a sink's batch's open halves on every broker (a recorded decision's are
+    committed instead). Best effort: halves left open are resolved by the brokers' checks."""
+    loop, client = _worker_client()
+
+    async def go() -> None:
+        targets = await _brokers(namesrv, topics, addrs)
+        answers = await asyncio.gather(*(client.invoke(addr, _sink_request(
+            RequestCode.SINK_ABORT, sink, batch), 60) for addr in targets),
+            return_exceptions=True)
+        for addr, r in zip(targets, answers, strict=True):
+            if isinstance(r, BaseException) or r.code != ResponseCode.SUCCESS:
+                log.warning("rolling back sink %s batch %s on %s failed: %s", sink, batch,
+                            addr, r if isinstance(r, BaseException) else r.remark)
+
+    loop.run(go())

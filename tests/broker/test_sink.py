@@ -1,0 +1,157 @@
+"""Exactly-once sinks on the broker: halves committed per batch by one recorded decision."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode, SysFlag
+from rocketq.remoting import RemotingClient, run
+
+pa = pytest.importorskip("pyarrow")
+
+from rocketq.spark import broker_io  # noqa: E402
+
+from ..conftest import wait_for  # noqa: E402
+
+SINK = "orders-sink"
+
+
+def rows(*bodies: bytes):
+    return [pa.RecordBatch.from_pydict({"body": list(bodies)})]
+
+
+def prepare(st, batch: str, txn: str, *bodies: bytes, check_after_s: int = 900,
+            topic: str = "Out"):
+    sent = broker_io.send_batches(st.namesrv, topic, "pg", rows(*bodies),
+                                  broker_io.Halves(SINK, batch, txn, check_after_s))
+    return sent
+
+
+def visible(st, topic: str = "Out") -> list[bytes]:
+    """Every message consumers can read from the topic, by pulling each queue from 0."""
+    out = []
+    for (t, broker, addr, qid), (low, high) in broker_io.queue_offsets(st.namesrv,
+                                                                        [topic]).items():
+        for batch in broker_io.pull_batches(addr, t, qid, low, high, broker):
+            out.extend(batch.column("body").to_pylist())
+    return sorted(out)
+
+
+def open_halves(st, batch):
+    return st.call(st.brokers[0].sinks.open_halves(SINK, batch))
+
+
+def commit(st, batch, decision, addrs=None):
+    return broker_io.commit_sink(st.namesrv, ["Out"], addrs or {}, SINK, batch, decision)
+
+
+@pytest.fixture
+def st(tmp_path):
+    from ..servers import ServerThread
+
+    st = ServerThread(tmp_path)
+    st.start_namesrv()
+    st.start_broker(transactionCheckInterval=200)
+    st.create_topic("Out", 4)
+    yield st
+    st.stop()
+
+
+def test_halves_stay_invisible_until_the_batch_is_committed_once(st):
+    a = prepare(st, "b1", "0.0.x", b"a1", b"a2", b"a3")
+    b = prepare(st, "b1", "1.0.y", b"b1")
+    failed = prepare(st, "b1", "1.1.z", b"dup")  # an attempt that failed: not decided
+    assert a.count == 3 and b.count == 1 and failed.count == 1
+    assert visible(st) == []
+    decision = {"0.0.x": a.counts, "1.0.y": b.counts}
+    assert commit(st, "b1", decision) == decision
+    assert visible(st) == [b"a1", b"a2", b"a3", b"b1"]
+
+    # The batch replayed (its driver died before recording it done): the new attempts'
+    # halves are rolled back, the recorded decision comes back, nothing is added.
+    again = prepare(st, "b1", "0.0.w", b"a1", b"a2", b"a3")
+    assert commit(st, "b1", {"0.0.w": again.counts}) == decision
+    assert visible(st) == [b"a1", b"a2", b"a3", b"b1"]
+    assert open_halves(st, "b1") == {}  # every half resolved
+
+
+def test_the_decision_survives_a_broker_restart(st):
+    a = prepare(st, "b7", "0.0.x", b"m")
+    commit(st, "b7", {"0.0.x": a.counts})
+    st.stop_broker(st.brokers[0])
+    st.start_broker(transactionCheckInterval=200)
+    again = prepare(st, "b7", "0.1.y", b"m")
+    assert commit(st, "b7", {"0.1.y": again.counts}) == {"0.0.x": a.counts}
+    assert visible(st) == [b"m"]
+
+
+def test_a_decision_that_counts_halves_the_broker_lacks_is_refused(st):
+    a = prepare(st, "b2", "0.0.x", b"m1", b"m2")
+    counts = {name: n + 1 for name, n in a.counts.items()}
+    with pytest.raises(RuntimeError, match=r"txn 0\.0\.x has 2 prepared messages on broker-a, "
+                                           r"the decision counts 3"):
+        commit(st, "b2", {"0.0.x": counts})
+    assert visible(st) == []
+    commit(st, "b2", {"0.0.x": a.counts})  # not recorded: the right decision still goes
+    assert visible(st) == [b"m1", b"m2"]
+
+
+def test_abort_rolls_the_batch_back(st):
+    prepare(st, "b3", "0.0.x", b"gone")
+    assert open_halves(st, "b3") == {"0.0.x": 1}
+    broker_io.abort_sink(st.namesrv, ["Out"], {}, SINK, "b3")
+    assert open_halves(st, "b3") == {}
+    # A later run of the batch commits its own attempt.
+    a = prepare(st, "b3", "0.1.y", b"kept")
+    commit(st, "b3", {"0.1.y": a.counts})
+    assert visible(st) == [b"kept"]
+
+
+def test_orphan_halves_follow_the_ledger_after_their_check_time(st):
+    prepare(st, "b4", "0.0.x", b"orphan", check_after_s=1)
+    assert open_halves(st, "b4") == {"0.0.x": 1}
+    assert wait_for(lambda: open_halves(st, "b4") == {}, timeout=10)
+    assert visible(st) == []
+    # Rolled back: a commit that counts them is refused rather than committing nothing.
+    with pytest.raises(RuntimeError, match="rolled back after the check time"):
+        commit(st, "b4", {"0.0.x": {"broker-a": 1}})
+
+
+def test_bad_requests_get_clear_answers(st):
+    addr = st.brokers[0].address
+
+    async def ask(cmd):
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, cmd, 5)
+        finally:
+            await client.close()
+
+    r = run(ask(RemotingCommand.request(RequestCode.SINK_COMMIT, {"sink": SINK, "batch": "x"},
+                                        b"not json")))
+    assert r.code == ResponseCode.INVALID_PARAMETER and "txns" in r.remark
+    r = run(ask(RemotingCommand.request(RequestCode.SINK_ABORT, {"batch": "x"})))
+    assert r.code == ResponseCode.INVALID_PARAMETER
+    # A batch of messages cannot be a half: it would be stored visible.
+    r = run(ask(RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {
+        "a": "pg", "b": "Out", "c": "TBW102", "d": 4, "e": 0, "f": SysFlag.TRANSACTION_PREPARED,
+        "g": int(time.time() * 1000), "h": 0, "i": "", "j": 0, "k": False, "m": True},
+        b"")))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "transactional" in r.remark
+
+
+def test_an_orphan_of_a_decided_batch_is_committed_by_the_check(st):
+    import orjson
+
+    from rocketq.protocol.topic import SINK_LEDGER_TOPIC
+    from rocketq.store import StoreMessage
+
+    a = prepare(st, "b5", "0.0.x", b"late", check_after_s=1)
+    broker = st.brokers[0]
+    # The decision reached the ledger, and the broker died before applying it.
+    entry = orjson.dumps({"sink": SINK, "batch": "b5", "txns": {"0.0.x": a.counts}})
+    st.call(broker._put_messages([StoreMessage(SINK_LEDGER_TOPIC, entry, 0)]))
+    assert wait_for(lambda: visible(st) == [b"late"], timeout=10)
+    assert open_halves(st, "b5") == {}
