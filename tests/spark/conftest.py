@@ -19,7 +19,8 @@ def spark(tmp_path_factory):
                         "appender.console.layout.type = PatternLayout\n")
     java_opts = (f"-Dlog4j.configurationFile=file:{log_conf} -XX:TieredStopAtLevel=1 "
                  "-XX:+UseSerialGC")
-    session = (pyspark.SparkSession.builder.master("local[2]").appName("rocketq-tests")
+    # local[2, 2]: two threads, and a failed task is tried once more (as on a cluster).
+    session = (pyspark.SparkSession.builder.master("local[2,2]").appName("rocketq-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "1")
