@@ -3,7 +3,14 @@ nothing, and consumers never see a half."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -13,6 +20,8 @@ from ..conftest import wait_for
 
 F = pytest.importorskip("pyspark.sql.functions")
 T = pytest.importorskip("pyspark.sql.types")
+
+from rocketq.spark import broker_io  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +150,87 @@ def test_a_consumer_never_sees_a_batch_that_is_aborted(spark, servers, tmp_path)
     # The brokers rolled the aborted batch back.
     assert all(servers.call(b.sinks.open_halves(*key)) == {}
                for b in servers.brokers for key in list(b.sinks.halves))
+
+
+# --------------------------------------------------------------------------- killed drivers
+def _max_offsets(namesrv, topic):
+    return sum(high for _low, high in broker_io.queue_offsets(namesrv, [topic]).values())
+
+
+def _halves(addr):
+    from rocketq.protocol import TRANS_HALF_TOPIC, RemotingCommand, RequestCode
+    from rocketq.remoting import RemotingClient, run
+
+    async def ask():
+        client = RemotingClient()
+        try:
+            r = await client.invoke(addr, RemotingCommand.request(
+                RequestCode.GET_MAX_OFFSET, {"topic": TRANS_HALF_TOPIC, "queueId": 0}), 5)
+            return int(r.ext_fields.get("offset", "0"))
+        finally:
+            await client.close()
+    return run(ask())
+
+
+def test_a_driver_killed_three_times_writes_every_row_once(tmp_path):
+    """topic -> transform -> topic with the driver SIGKILLed while tasks write, between the
+    brokers' commit and Spark's checkpoint commit, and at a random moment, then restarted on
+    the same checkpoint: every input row's result is in the output topic exactly once."""
+    from ..compat.clients import Standalone
+
+    server = Standalone(tmp_path / "server")
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYTHONPATH": str(repo)}
+    checkpoint = str(tmp_path / "checkpoint")
+    n = 1500
+    procs: list[subprocess.Popen] = []
+
+    def driver(mode, **extra):
+        proc = subprocess.Popen(
+            [sys.executable, str(pathlib.Path(__file__).with_name("kill_driver.py")),
+             server.namesrv, checkpoint, mode], env={**env, **extra},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    def kill(proc):
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        proc.wait(30)
+
+    try:
+        with Producer("pg", namesrv=server.namesrv) as producer:
+            for start in range(0, n, 250):
+                producer.send_batch([Message("KIn", b"%d" % i)
+                                     for i in range(start, start + 250)])
+            producer.send(Message("KOut", b"warm-up"))  # the topic exists before the sink
+        addr = next(iter(broker_io.queue_offsets(server.namesrv, ["KIn"])))[2]
+        base = _max_offsets(server.namesrv, "KOut")
+
+        # 1. While tasks write: halves are stored that no commit has made visible yet.
+        proc = driver("run")
+        halves = _halves(addr)
+        assert wait_for(lambda: _halves(addr) > halves + 10, 120, 0.01)
+        kill(proc)
+        # 2. After the brokers committed a batch, before Spark recorded it done.
+        pause = tmp_path / "paused"
+        proc = driver("run", PAUSE_AFTER_COMMIT=str(pause))
+        assert wait_for(pause.exists, 120)
+        committed = _max_offsets(server.namesrv, "KOut") - base
+        assert committed > 0
+        kill(proc)
+        # 3. At a random moment.
+        proc = driver("run")
+        assert wait_for(lambda: _max_offsets(server.namesrv, "KOut") - base > committed, 120)
+        time.sleep(random.uniform(0, 2))
+        kill(proc)
+        # Restarted once more, the query drains the input and stops.
+        proc = driver("drain")
+        assert proc.wait(180) == 0
+        out = [b for b in read_all(server.namesrv, "KOut", 10) if b != "warm-up"]
+        assert out == sorted(f"out-{i}" for i in range(n))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill(proc)
+        server.stop()
