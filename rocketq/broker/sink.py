@@ -45,6 +45,7 @@ log = logging.getLogger("rocketq.broker")
 #: Decisions kept in memory per sink; a replay only ever asks about the latest batches.
 KEEP_DECISIONS = 1024
 READ_CHUNK = 256
+CACHE_BYTES = 64 << 20
 
 Decision = dict[str, dict[str, int]]  # txn -> {broker name: halves}
 BatchKey = tuple[str, str]  # (sink, batch)
@@ -68,6 +69,8 @@ class SinkCommits:
         #: (sink, batch) -> txn -> half queue offsets not known to be resolved.
         self.halves: dict[BatchKey, dict[str, list[int]]] = {}
         self._halves_read: int | None = None
+        #: Half messages decoded by the last catch-up, by half queue offset.
+        self._recent: dict[int, MessageRecord] = {}
 
     @property
     def store(self) -> MessageStore:
@@ -95,7 +98,7 @@ class SinkCommits:
             offset = max(result.next_begin_offset, offset + 1)
         return records, max(offset, start)
 
-    def _catch_up(self) -> None:
+    def _catch_up_ledger(self) -> None:
         records, self._ledger_read = self._read(SINK_LEDGER_TOPIC, self._ledger_read)
         for record in records:
             try:
@@ -103,9 +106,16 @@ class SinkCommits:
                 self._remember(entry["sink"], entry["batch"], entry["txns"])
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 log.warning("unreadable sink ledger record at %d", record.queue_offset)
+
+    def _catch_up(self) -> None:
+        """Read the ledger and the half messages appended since the last catch-up; the
+        halves read are kept (up to CACHE_BYTES of bodies) for the commit that follows."""
+        self._catch_up_ledger()
         if self._halves_read is None:
             self._halves_read = self.transactions.half_offset
         records, self._halves_read = self._read(TRANS_HALF_TOPIC, self._halves_read)
+        self._recent.clear()
+        cached = 0
         for record in records:
             props = record.properties
             sink = props.get(Property.SINK_NAME)
@@ -114,6 +124,9 @@ class SinkCommits:
                 txns = self.halves.setdefault(key, {})
                 txns.setdefault(props.get(Property.SINK_TXN, ""), []).append(
                     record.queue_offset)
+                cached += len(record.body)
+                if cached <= CACHE_BYTES:
+                    self._recent[record.queue_offset] = record
 
     async def _caught_up(self) -> None:
         """Catch up once every append acknowledged so far is dispatched to its queue."""
@@ -143,23 +156,32 @@ class SinkCommits:
         return txns
 
     def _halves(self, offsets: list[int]) -> list[MessageRecord]:
-        """The half messages at these half queue offsets, read in runs of consecutive ones."""
-        wanted = sorted(offsets)
-        found: list[MessageRecord] = []
+        """The half messages at these half queue offsets, read in runs of consecutive ones
+        (a read may stop early at its byte limit: it goes on from where it stopped)."""
+        recent = self._recent
+        found = [recent[o] for o in offsets if o in recent]
+        wanted = {o for o in offsets if o not in recent}
         store = self.store
+        ordered = sorted(wanted)
         i = 0
-        while i < len(wanted):
+        while i < len(ordered):
             j = i
-            while j + 1 < len(wanted) and wanted[j + 1] == wanted[j] + 1 and j - i < 1023:
+            while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
                 j += 1
-            result = store.get_messages(TRANS_HALF_TOPIC, 0, wanted[i], j - i + 1,
-                                        max_bytes=64 << 20)
-            try:
-                found.extend(r for r in result.decode(decompress=False)
-                             if wanted[i] <= r.queue_offset <= wanted[j])
-            finally:
-                result.release()
+            offset, last = ordered[i], ordered[j]
+            while offset <= last:
+                result = store.get_messages(TRANS_HALF_TOPIC, 0, offset,
+                                            min(last - offset + 1, READ_CHUNK),
+                                            max_bytes=4 << 20)
+                try:
+                    found.extend(r for r in result.decode(decompress=False)
+                                 if r.queue_offset in wanted)
+                finally:
+                    result.release()
+                offset = max(result.next_begin_offset, offset + 1)
             i = j + 1
+        if len(found) != len(offsets):
+            raise RuntimeError(f"{len(offsets) - len(found)} half messages could not be read")
         return found
 
     async def _apply(self, key: BatchKey, decision: Decision, only: str | None = None
@@ -174,6 +196,7 @@ class SinkCommits:
         for offsets, committing in ((commit, True), (rollback, False)):
             if offsets:
                 await self.transactions.resolve_many(self._halves(offsets), committing)
+        self._recent.clear()
         self._open(key)
         return len(commit), len(rollback)
 
@@ -195,7 +218,7 @@ class SinkCommits:
         if key is None:
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark="sink and batch needed")
         async with self.transactions.lock:
-            self._catch_up()
+            self._catch_up_ledger()
             recorded = self.decisions.get(key[0], {}).get(key[1])
         return cmd.response(ext_fields={"decided": "true" if recorded is not None else "false"},
                             body=orjson.dumps({"txns": recorded}) if recorded is not None

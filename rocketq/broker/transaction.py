@@ -53,6 +53,9 @@ COMMIT = SysFlag.TRANSACTION_COMMIT
 ROLLBACK = SysFlag.TRANSACTION_ROLLBACK
 UNKNOWN = 0
 OP_TAG = "d"
+#: Properties a half message carries and its committed message does not.
+_HALF_ONLY = (Property.TRANSACTION_PREPARED, Property.TRANSACTION_CHECK_TIMES,
+              Property.SINK_NAME, Property.SINK_BATCH, Property.SINK_TXN)
 OPS_PER_RECORD = 1024  # half offsets listed by one op record
 
 
@@ -189,8 +192,8 @@ class Transactions:
         props = dict(half.properties)
         topic = props.pop(Property.REAL_TOPIC, half.topic)
         queue_id = int(props.pop(Property.REAL_QUEUE_ID, "0") or 0)
-        props.pop(Property.TRANSACTION_PREPARED, None)
-        props.pop(Property.TRANSACTION_CHECK_TIMES, None)
+        for name in _HALF_ONLY:
+            props.pop(name, None)
         return StoreMessage.from_record(
             half, topic, queue_id, encode_properties(props),
             sysflag=(half.sysflag & ~SysFlag.TRANSACTION_MASK) | COMMIT,

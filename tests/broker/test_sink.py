@@ -77,6 +77,16 @@ def test_halves_stay_invisible_until_the_batch_is_committed_once(st):
     assert open_halves(st, "b1") == {}  # every half resolved
 
 
+def test_a_large_batch_is_committed_whole(st):
+    # Large enough to cross from one CommitLog file (8 MiB here) into the next.
+    bodies = [b"%05d" % i + b"x" * 3000 for i in range(3000)]
+    a = prepare(st, "big", "0.0.x", *bodies[:1700])
+    b = prepare(st, "big", "1.0.y", *bodies[1700:])
+    commit(st, "big", {"0.0.x": a.counts, "1.0.y": b.counts})
+    assert wait_for(lambda: len(visible(st)) >= 3000)
+    assert visible(st) == bodies
+
+
 def test_the_decision_survives_a_broker_restart(st):
     a = prepare(st, "b7", "0.0.x", b"m")
     commit(st, "b7", {"0.0.x": a.counts})
