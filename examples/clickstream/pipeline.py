@@ -4,7 +4,7 @@ Reads the ``Clicks`` topic, parses the JSON bodies, and per 10-second event-time
 page counts events and purchases and sums revenue. A 5-second watermark bounds late events
 and lets each window be emitted once, when it closes (append mode). Every micro-batch of
 closed windows goes to the ``ClickStats`` topic (one JSON message per window and page, the
-page as the tag) and to Parquet files.
+page as the tag), exactly once, and to Parquet files.
 
     python -m examples.clickstream.pipeline --namesrv 127.0.0.1:9876 \\
         --checkpoint /tmp/clicks-checkpoint --parquet /tmp/click-stats
@@ -68,8 +68,10 @@ def window_stats(spark: Any, namesrv: str, topic: str = "Clicks",
 
 def start(spark: Any, namesrv: str, checkpoint: str, parquet: str, *,
           topic: str = "Clicks", result_topic: str = RESULT_TOPIC,
-          available_now: bool = False, trigger_seconds: float = 2) -> Any:
-    """Start the query; returns the StreamingQuery."""
+          available_now: bool = False, trigger_seconds: float = 2,
+          sink_name: str = "clickstream-stats") -> Any:
+    """Start the query; returns the StreamingQuery. ``sink_name`` names the exactly-once
+    sink: one per checkpoint, kept across restarts."""
     from pyspark.sql import functions as F
 
     def publish(batch: Any, batch_id: int) -> None:
@@ -82,7 +84,10 @@ def start(spark: Any, namesrv: str, checkpoint: str, parquet: str, *,
                 "page", "events", "purchases", "revenue_cents")).alias("body"),
                 F.col("page").alias("tags"))
              .write.format("rocketq").option("namesrv", namesrv)
-             .option("topic", result_topic).mode("append").save())
+             .option("topic", result_topic)
+             # Exactly once: a micro-batch replayed after a crash adds nothing to the topic.
+             .option("exactlyOnce", "true").option("sinkName", sink_name)
+             .option("batchId", str(batch_id)).mode("append").save())
         finally:
             batch.unpersist()
 

@@ -335,8 +335,12 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.check_after_s = int(_option(options, "transactionTimeoutSeconds", "900"))
         if self.check_after_s < 1:
             raise ValueError("transactionTimeoutSeconds must be at least 1")
-        #: A batch write's key in the sink's ledger; a streaming write's comes from its task.
-        self.job = None if streaming else f"job-{uuid.uuid4().hex}"
+        #: A batch write's key in the sink's ledger: the ``batchId`` option (a foreachBatch
+        #: function passes its batch id, so a replayed call adds nothing, as Delta's
+        #: txnVersion does), else one of its own. A streaming write's comes from its task.
+        batch_id = options.get("batchid")
+        self.job = None if streaming else (f"batch-{batch_id}" if batch_id
+                                           else f"job-{uuid.uuid4().hex}")
 
     def write(self, batches: Iterator[Any]) -> SentCount | PreparedHalves:
         if not self.exactly_once:

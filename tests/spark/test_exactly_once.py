@@ -65,6 +65,22 @@ def test_batch_save_exactly_once_with_a_task_failing_its_first_attempt(spark, se
     assert half_count(servers) - before > 20000
 
 
+def test_a_batch_id_makes_a_replayed_write_add_nothing(spark, servers):
+    servers.create_topic("EoReplay", 2)
+
+    def write(batch_id, rows):
+        (spark.range(0, rows, numPartitions=2).selectExpr("cast(id as string) as body")
+         .write.format("rocketq").option("namesrv", servers.namesrv)
+         .option("topic", "EoReplay").option("exactlyOnce", "true")
+         .option("sinkName", "replayed").option("batchId", batch_id).mode("append").save())
+
+    write("7", 50)
+    write("7", 50)  # foreachBatch called again for batch 7 after a crash
+    write("8", 10)
+    assert read_all(servers.namesrv, "EoReplay") == sorted(
+        [str(i) for i in range(50)] + [str(i) for i in range(10)])
+
+
 def test_stream_exactly_once_when_a_task_fails_its_first_attempt(spark, servers, tmp_path):
     servers.create_topic("EoIn", 2)
     servers.create_topic("EoOut", 2)

@@ -40,6 +40,8 @@ def test_clickstream_pipeline_end_to_end(spark, servers, tmp_path, capsys):
                            available_now=True)
     query.awaitTermination(180)
     assert query.exception() is None
+    # The results went through the exactly-once sink: each batch has a decision.
+    assert servers.brokers[0].sinks.decisions.get("clickstream-stats")
     written = {(int(r.window_start.timestamp() * 1000), r.page, r.events, r.purchases,
                 r.revenue_cents)
                for r in spark.read.parquet(str(parquet)).collect()}
