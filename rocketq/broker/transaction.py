@@ -239,6 +239,10 @@ class Transactions:
                 timeout = (int(immunity) * 1000 if immunity and immunity.isdigit()
                            else cfg.transactionTimeOut)
                 if now - half.store_timestamp < timeout:
+                    if immunity:
+                        # Its own, longer wait: the halves after it may be due already.
+                        offset += 1
+                        continue
                     break  # younger ones follow
                 count = self.checks.get(offset, 0)
                 if self.sink_orphan is not None and Property.SINK_NAME in half.properties:

@@ -165,3 +165,27 @@ def test_an_orphan_of_a_decided_batch_is_committed_by_the_check(st):
     st.call(broker._put_messages([StoreMessage(SINK_LEDGER_TOPIC, entry, 0)]))
     assert wait_for(lambda: visible(st) == [b"late"], timeout=10)
     assert open_halves(st, "b5") == {}
+
+
+def test_a_waiting_sink_half_does_not_hold_up_other_transactions(st):
+    from rocketq import LocalTransactionState, Message, TransactionProducer
+
+    prepare(st, "b6", "0.0.x", b"waiting")  # checked only after 900 s
+
+    class Unknown:
+        checked: list[str] = []
+
+        def execute_local_transaction(self, message, arg):
+            return LocalTransactionState.UNKNOWN
+
+        def check_local_transaction(self, message):
+            self.checked.append(message.body)
+            return LocalTransactionState.COMMIT
+
+    listener = Unknown()
+    broker = st.brokers[0]
+    broker.config.transactionTimeOut = 300
+    with TransactionProducer("txg", listener, namesrv=st.namesrv) as producer:
+        producer.send_message_in_transaction(Message("Out", b"checked"))
+        assert wait_for(lambda: b"checked" in visible(st), 10)
+    assert open_halves(st, "b6") == {"0.0.x": 1}
