@@ -224,7 +224,7 @@ class AsyncProducer:
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
-    async def send_half(self, message: Message, *, retries: int | None = None,
+    async def _send_half(self, message: Message, *, retries: int | None = None,
                         timeout: float | None = None) -> SendResult:
         """Store ``message`` as a transactional half message, invisible to consumers until
         its transaction is committed; the caller ends the transaction."""

@@ -90,7 +90,7 @@ class AsyncTransactionProducer(AsyncProducer):
     async def send_message_in_transaction(self, message: Message, arg: Any = None
                                           ) -> TransactionSendResult:
         """Store a half message, run the local transaction, then end the transaction."""
-        result = await self.send_half(message)
+        result = await self._send_half(message)
         if result.status is SendStatus.SEND_OK:
             state = await self._call(self.listener.execute_local_transaction, message, arg)
         else:

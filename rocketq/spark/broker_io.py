@@ -288,7 +288,7 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
         counts: dict[str, int] = {}
         producer = AsyncProducer(group, namesrv)
         await producer.start()
-        send = producer.send if halves is None else partial(producer.send_half, retries=0)
+        send = producer.send if halves is None else partial(producer._send_half, retries=0)
         pending: set[asyncio.Future[Any]] = set()
 
         def count(done: Iterable[asyncio.Future[Any]]) -> None:

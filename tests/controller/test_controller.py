@@ -125,8 +125,9 @@ async def failover(nodes: list[Controller], stop_leader: bool) -> None:
             nodes.remove(leader)
             leader = await until(lambda: next((n for n in nodes if n.engine.is_leader()),
                                               None), 15)
-            # The new leader holds what the old one committed.
-            assert leader.engine.state.groups["g"].sync_state_set == {1, 2}
+            # The new leader holds what the old one committed (once it has applied its log).
+            assert await until(lambda: "g" in leader.engine.state.groups and leader.engine.state
+                               .groups["g"].sync_state_set == {1, 2}, 5)
         # Broker 1 is silent; 2 and 3 (3 with the larger offset) keep beating.
         async def beat_until_elected():
             while True:
