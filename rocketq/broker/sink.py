@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import TRANS_HALF_TOPIC, MessageRecord, Property, RemotingCommand, ResponseCode
+from ..protocol import (
+    TRANS_HALF_TOPIC,
+    MessageRecord,
+    Property,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+)
 from ..protocol.topic import SINK_LEDGER_TOPIC
 from ..remoting import Connection
 from ..store import StoreMessage
@@ -77,7 +84,6 @@ class SinkCommits:
         return self._store()
 
     def handlers(self) -> dict[int, Callable[[Connection, RemotingCommand], Any]]:
-        from ..protocol import RequestCode
         return {RequestCode.SINK_DECISION: self.decision,
                 RequestCode.SINK_COMMIT: self.commit,
                 RequestCode.SINK_ABORT: self.abort}

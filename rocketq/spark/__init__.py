@@ -105,6 +105,13 @@ def _topics(options: dict[str, str]) -> list[str]:
     return [t.strip() for t in _option(options, "topic").split(",") if t.strip()]
 
 
+def _flag(options: dict[str, str], name: str, default: str = "false") -> bool:
+    value = _option(options, name, default).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    return value == "true"
+
+
 class RocketMQDataSource(DataSource):  # type: ignore[misc]
     """``format("rocketq")``: batch reads and writes of rocketq topics."""
 
@@ -126,13 +133,6 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return RocketMQStreamWriter(_lower(self.options))
-
-
-def _fail_on_data_loss(options: dict[str, str]) -> bool:
-    value = _option(options, "failOnDataLoss", "true").strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"failOnDataLoss must be true or false, not {value!r}")
-    return value == "true"
 
 
 def _data_lost(fail: bool, topic: str, broker: str, queue_id: int, start: int,
@@ -172,7 +172,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = options.get("maxmessagespertrigger")
         self.max_rows = int(max_rows) if max_rows else None
         self.group = options.get("consumergroup")
-        self.fail_on_data_loss = _fail_on_data_loss(options)
+        self.fail_on_data_loss = _flag(options, "failOnDataLoss", "true")
 
     def _queues(self) -> dict[str, tuple[int, int]]:
         """``key -> (min offset, max offset)`` of every queue of the topics now."""
@@ -274,8 +274,8 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
             start = broker_io.pick_offset(starting, topic, broker, queue_id, low, high, low)
             end = broker_io.pick_offset(ending, topic, broker, queue_id, low, high, high)
             if start < low:
-                start = _data_lost(_fail_on_data_loss(self.options), topic, broker, queue_id,
-                                   start, low)
+                fail = _flag(self.options, "failOnDataLoss", "true")
+                start = _data_lost(fail, topic, broker, queue_id, start, low)
             if end > start:
                 parts.append(QueueRange(topic, broker, addr, queue_id, start, end,
                                         subscription))
@@ -302,13 +302,6 @@ class PreparedHalves(WriterCommitMessage):  # type: ignore[misc]
 
 
 _SINK_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-
-
-def _flag(options: dict[str, str], name: str) -> bool:
-    value = _option(options, name, "false").strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"{name} must be true or false, not {value!r}")
-    return value == "true"
 
 
 class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
