@@ -15,10 +15,11 @@ ALLOWED = {
     "protocol": set(),
     "store": {"protocol"},
     "remoting": {"protocol"},
-    "namesrv": {"protocol", "remoting"},
-    "client": {"protocol", "remoting"},
-    "ha": {"protocol", "store"},
-    "broker": {"protocol", "remoting", "store", "ha"},
+    "namesrv": {"protocol", "remoting", "acl"},
+    "acl": {"protocol"},
+    "client": {"protocol", "remoting", "acl"},
+    "ha": {"protocol", "store", "remoting"},
+    "broker": {"protocol", "remoting", "store", "ha", "acl"},
     "controller": {"protocol", "remoting"},
 }
 

@@ -49,6 +49,7 @@ from .offsets import ConsumerOffsets
 from .pull import PullProcessor
 from .registration import Registration
 from .replicas import ReplicasManager, Role, consistent_point
+from .security import access_control, inner_credentials, outgoing_tls, tls_settings
 from .send import SendProcessor
 from .send_back import SendBack
 from .sink import SinkCommits
@@ -87,10 +88,19 @@ class Broker:
         self.store_config = store_config
         self.config_dir = os.path.join(store_config.storePathRootDir, "config")
         load_overrides(config, store_config)  # updateBrokerConfig changes of an earlier run
-        self.server = RemotingServer(self.handle, "0.0.0.0" if config.brokerIP1 != "127.0.0.1"
+        #: The ACL every request passes first (aclEnable), and TLS for the ports.
+        self.acl = access_control(config, self.config_dir)
+        self.tls = tls_settings(config)
+        if self.tls.enabled:
+            self.tls.server_context()  # a certificate that cannot be loaded fails here
+        self._outgoing_tls = outgoing_tls(config)
+        self.server = RemotingServer(self.acl.guard(self.handle) if self.acl else self.handle,
+                                     "0.0.0.0" if config.brokerIP1 != "127.0.0.1"
                                      else "127.0.0.1", config.listenPort,
-                                     on_close=self._connection_closed)
-        self.namesrv_client = RemotingClient()
+                                     on_close=self._connection_closed, tls=self.tls)
+        inner = inner_credentials(config, self.acl)
+        self.namesrv_client = RemotingClient(signer=inner.sign if inner else None,
+                                             ssl=self._outgoing_tls)
         self.store: MessageStore | None = None  # type: ignore[assignment]
         self._writer: StoreWriter | None = None
         #: Replication: the master's HA port, or the slave's link to its master.
@@ -217,6 +227,8 @@ class Broker:
         else:
             await self._start_master_side()
         await self.server.start()
+        if self.acl is not None:
+            self.acl.start_watching()
         self.registration.start()
         if self.replicas is not None:
             await self.replicas.start()
@@ -248,7 +260,7 @@ class Broker:
         assert self.store is not None
         if self.ha_server is None:
             self.ha_server = HAServer(self.store, self.config.brokerIP1,
-                                      self.store_config.haListenPort)
+                                      self.store_config.haListenPort, tls=self.tls)
             await self.ha_server.start()
             self.store_config.haListenPort = self.ha_server.port
             self.registration.ha_server_addr = self.ha_server.address
@@ -273,7 +285,8 @@ class Broker:
         # tries again soon rather than after a heartbeat interval.
         retry = min(5.0, self.store_config.haSendHeartbeatInterval / 1000)
         self.ha_client = HAClient(self.store, master_ha_addr,
-                                  retry if hello is None else min(retry, 0.3), hello=hello)
+                                  retry if hello is None else min(retry, 0.3), hello=hello,
+                                  ssl=self._outgoing_tls)
         self.ha_client.start()
         client = self.ha_client
         self.pull.slave_serves = lambda: (self.config.slaveReadEnable
@@ -408,6 +421,8 @@ class Broker:
         await self.namesrv_client.close()
         self.pull.stop()
         await self.server.stop()
+        if self.acl is not None:
+            await self.acl.stop_watching()
         self.offsets.persist(force=True)
         self.schedule.persist()
         self.transactions.persist()

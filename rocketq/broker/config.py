@@ -62,6 +62,20 @@ class BrokerConfig:
     brokerElectionPriority: int = 2**31 - 1
     regionId: str = "DefaultRegion"
     traceOn: bool = True
+    #: Check every request against the accounts of ``plain_acl.yml`` (RocketMQ's aclEnable).
+    aclEnable: bool = False
+    #: The accounts file, reloaded when it changes; empty: ``<storePathRootDir>/config/
+    #: plain_acl.yml``, where RocketMQ keeps ``conf/plain_acl.yml``.
+    aclFile: str = ""
+    #: ``{"accessKey": ..., "secretKey": ...}``: what the broker signs its own requests with
+    #: (to NameServers, its master, the controllers), RocketMQ 5's key. Empty: the first admin
+    #: account of the ACL file.
+    innerClientAuthenticationCredentials: str = ""
+    #: ``disabled``, ``permissive`` or ``enforcing`` (RocketMQ's ``tls.server.mode``) for the
+    #: remoting and HA ports; the certificate is in the ``tls.server.*`` keys (``tls``).
+    tlsMode: str = "disabled"
+    #: RocketMQ's ``tls.*`` keys as given (``tls.server.certPath``, ``tls.client.*``, ...).
+    tls: dict[str, str] = field(default_factory=dict, repr=False)
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -87,12 +101,17 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     else:
         raw = dict(read_properties(values))
     raw.update({k: v for k, v in overrides.items() if v is not None})
-    broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unknown"}
+    broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)
+                     if f.name not in ("unknown", "tls")}
     store_fields = {f.name for f in dataclasses.fields(MessageStoreConfig)}
     broker_kwargs: dict[str, Any] = {}
     store_values: dict[str, Any] = {}
     unknown: dict[str, str] = {}
+    tls: dict[str, str] = {}
     for key, value in raw.items():
+        if key.startswith("tls."):
+            tls[key] = str(value)
+            continue
         known = False
         if key in broker_fields:
             broker_kwargs[key] = _convert(key, broker_fields[key].type, value)
@@ -104,6 +123,7 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
             unknown[key] = str(value)
     broker = BrokerConfig(**broker_kwargs)
     broker.unknown = unknown
+    broker.tls = tls
     # The store writes the broker's own address into every record (offset message ids).
     store_values.setdefault("brokerIP1", broker.brokerIP1)
     store_values.setdefault("listenPort", broker.listenPort)

@@ -50,14 +50,27 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "storePathRootDir": getattr(args, "data_dir", None),
         "brokerIP1": getattr(args, "broker_ip", None),
         "flushDiskType": {"async": "ASYNC_FLUSH", "sync": "SYNC_FLUSH"}.get(flush or "", None),
+        # Naming an ACL file turns the ACL on, as aclEnable=true does.
+        "aclFile": getattr(args, "acl_file", None),
+        "aclEnable": True if getattr(args, "acl_file", None) else None,
     }
+
+
+def _namesrv_security(args: argparse.Namespace) -> dict[str, Any]:
+    """A NameServer's ACL file and TLS settings from ``--acl-file`` and ``--tls-config``."""
+    from ..remoting import TlsSettings
+    from ..store.config import read_properties
+
+    tls = (TlsSettings.from_config(dict(read_properties(args.tls_config)))
+           if args.tls_config else None)
+    return {"acl_file": args.acl_file, "tls": tls}
 
 
 async def _run_namesrv(args: argparse.Namespace) -> None:
     from ..namesrv import NameServer
 
     stop = _stop_on_signal()
-    ns = NameServer(args.host, args.port)
+    ns = NameServer(args.host, args.port, **_namesrv_security(args))
     await ns.start()
     controller = None
     if args.enable_controller:  # RocketMQ's enableControllerInNamesrv
@@ -112,17 +125,22 @@ async def _run_broker(args: argparse.Namespace) -> None:
 
 async def _run_standalone(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
+    from ..broker.security import acl_file, tls_settings
     from ..namesrv import NameServer
 
     stop = _stop_on_signal()
-    ns = NameServer(args.host, args.namesrv_port)
-    await ns.start()
     overrides = _broker_overrides(args)
-    overrides["namesrvAddr"] = ns.address
     overrides["storePathRootDir"] = os.path.abspath(args.data_dir)
     if args.slaves:
         overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
-    broker = Broker(*load_broker_conf(args.config, **overrides))
+    config, store_config = load_broker_conf(args.config, **overrides)
+    # The NameServer shares the broker's accounts and TLS settings.
+    ns = NameServer(args.host, args.namesrv_port, tls=tls_settings(config), acl_file=acl_file(
+        config, os.path.join(store_config.storePathRootDir, "config"))
+        if config.aclEnable else None)
+    await ns.start()
+    overrides["namesrvAddr"] = config.namesrvAddr = ns.address
+    broker = Broker(config, store_config)
     await broker.start()
     brokers = [broker]
     print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
@@ -189,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("namesrv", help="run a NameServer")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=9876)
+    p.add_argument("--acl-file", metavar="PATH",
+                   help="check requests against this plain_acl.yml (reloaded on change)")
+    p.add_argument("--tls-config", metavar="FILE",
+                   help="a properties file with tlsMode and RocketMQ's tls.server.* keys")
     p.add_argument("--enable-controller", action="store_true",
                    help="also run a controller node in this process "
                         "(RocketMQ's enableControllerInNamesrv)")
@@ -223,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
         p.add_argument("--broker-ip", help="address written into message ids (brokerIP1)")
         p.add_argument("--flush", choices=["async", "sync"], help="flushDiskType")
+        p.add_argument("--acl-file", metavar="PATH",
+                       help="check requests against this plain_acl.yml (turns aclEnable on; "
+                            "default file: <data dir>/config/plain_acl.yml)")
 
     p = sub.add_parser("broker", help="run a Broker")
     broker_options(p, standalone=False)

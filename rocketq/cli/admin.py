@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +26,13 @@ def add_admin_parser(sub: Any) -> None:
     admin = sub.add_parser("admin", help="administer topics, groups and messages")
     admin.add_argument("--namesrv", default=DEFAULT_NAMESRV,
                        help=f"NameServer address (default {DEFAULT_NAMESRV})")
+    admin.add_argument("--access-key", default=os.environ.get("ROCKETQ_ACCESS_KEY"),
+                       help="ACL access key (default: $ROCKETQ_ACCESS_KEY)")
+    admin.add_argument("--secret-key", default=os.environ.get("ROCKETQ_SECRET_KEY"),
+                       help="ACL secret key (default: $ROCKETQ_SECRET_KEY)")
+    admin.add_argument("--tls", action="store_true", help="connect with TLS")
+    admin.add_argument("--tls-ca", metavar="FILE",
+                       help="with --tls: trust the servers' certificates signed by this CA")
     groups = admin.add_subparsers(dest="admin_group", required=True, metavar="WHAT")
 
     topic = groups.add_parser("topic", help="topics").add_subparsers(
@@ -101,8 +110,20 @@ def _print(data: Any) -> None:
     sys.stdout.flush()
 
 
+def security(args: argparse.Namespace) -> dict[str, Any]:
+    """The client options ``--access-key``/``--secret-key`` and ``--tls``/``--tls-ca`` ask
+    for."""
+    if bool(args.access_key) != bool(args.secret_key):
+        raise SystemExit("give both --access-key and --secret-key (or neither)")
+    tls: Any = None
+    if args.tls or args.tls_ca:
+        tls = ssl.create_default_context(cafile=args.tls_ca) if args.tls_ca else True
+    return {"credentials": (args.access_key, args.secret_key) if args.access_key else None,
+            "tls": tls}
+
+
 async def _instance(args: argparse.Namespace) -> ClientInstance:
-    instance = ClientInstance(args.namesrv)
+    instance = ClientInstance(args.namesrv, **security(args))
     return instance
 
 
@@ -345,7 +366,7 @@ async def send(args: argparse.Namespace) -> int:
     from ..client.message import Message
     from ..client.producer import AsyncProducer
 
-    producer = AsyncProducer(args.group, args.namesrv)
+    producer = AsyncProducer(args.group, args.namesrv, **security(args))
     await producer.start()
     try:
         if args.body == "-":
@@ -371,7 +392,8 @@ async def tail(args: argparse.Namespace) -> int:
     from ..client.pull import AsyncPullConsumer
 
     consumer = AsyncPullConsumer(f"rocketq-admin-tail-{int(time.time())}", args.namesrv,
-                                 from_where=args.from_where, auto_commit=False)
+                                 from_where=args.from_where, auto_commit=False,
+                                 **security(args))
     queues = await consumer.fetch_queues(args.topic)
     consumer.assign(queues)
     consumer.subscriptions[args.topic] = consumer._sub_all(args.topic)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 
+from ..acl import Credentials
 from ..protocol import (
     MessageFormatError,
     RemotingCommand,
@@ -22,8 +24,11 @@ from .message import MessageQueue, ReceivedMessage
 class AsyncAdmin:
     """Look messages up across the brokers of a topic."""
 
-    def __init__(self, namesrv: str, *, instance: ClientInstance | None = None) -> None:
-        self.instance = instance or ClientInstance(namesrv)
+    def __init__(self, namesrv: str, *,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None,
+                 instance: ClientInstance | None = None) -> None:
+        self.instance = instance or ClientInstance(namesrv, credentials=credentials, tls=tls)
 
     async def close(self) -> None:
         await self.instance.remoting.close()

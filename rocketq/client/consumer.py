@@ -8,11 +8,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import time
 from typing import Any
 
 import orjson
 
+from ..acl import Credentials
 from ..protocol import (
     PullSysFlag,
     RemotingCommand,
@@ -64,6 +66,8 @@ class GroupConsumer:
                  allocate: AllocateStrategy | str = "averagely",
                  rebalance_interval: float = 20.0, persist_interval: float = 5.0,
                  offset_store_dir: str | None = None,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None,
                  instance: ClientInstance | None = None) -> None:
         if model not in MODELS:
             raise ValueError(f"model must be one of {sorted(MODELS)}, not {model!r}")
@@ -83,7 +87,7 @@ class GroupConsumer:
         self.allocate: AllocateStrategy = allocate or AllocateAveragely()
         self.rebalance_interval = rebalance_interval
         self.persist_interval = persist_interval
-        self.instance = instance or ClientInstance(namesrv)
+        self.instance = instance or ClientInstance(namesrv, credentials=credentials, tls=tls)
         self.subscriptions: dict[str, Subscription] = {}
         self.owned: dict[MessageQueue, Any] = {}
         #: Per queue, the broker id its last pull answer suggested (0: the master).

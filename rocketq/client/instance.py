@@ -10,12 +10,14 @@ import logging
 import os
 import random
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from ..acl import Credentials
 from ..protocol import AUTO_CREATE_TOPIC_KEY, Perm, RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingError, cancel_tasks
 from .errors import BrokerError, ClientError, NameServerError
@@ -67,7 +69,9 @@ class ClientInstance:
     """Shared machinery of one producer or consumer."""
 
     def __init__(self, namesrv: str, *, heartbeat_interval: float = 30.0,
-                 route_interval: float = 30.0, instance_name: str | None = None) -> None:
+                 route_interval: float = 30.0, instance_name: str | None = None,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";")
                               if a.strip()]
         if not self.namesrv_addrs:
@@ -76,7 +80,11 @@ class ClientInstance:
                           f"{instance_name or format(random.getrandbits(48), 'x')}")
         self.heartbeat_interval = heartbeat_interval
         self.route_interval = route_interval
-        self.remoting = RemotingClient(self._handle_request)
+        #: ACL credentials every request is signed with (None: requests go unsigned).
+        self.credentials = Credentials.of(credentials)
+        self.remoting = RemotingClient(
+            self._handle_request, ssl=tls,
+            signer=self.credentials.sign if self.credentials is not None else None)
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self._namesrv_index = random.randrange(len(self.namesrv_addrs))

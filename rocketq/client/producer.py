@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..acl import Credentials
 from ..protocol import (
     AUTO_CREATE_TOPIC_KEY,
     FLAG_ONEWAY,
@@ -91,11 +93,13 @@ class AsyncProducer:
                  auto_batch: bool = False, batch_max_delay_ms: float = 10,
                  batch_max_bytes: int = 32 * 1024,
                  total_batch_max_bytes: int = 32 * 1024 * 1024,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None,
                  instance: ClientInstance | None = None) -> None:
         if not group or "%" in group:
             raise ValueError(f"illegal producer group {group!r}")
         self.group = group
-        self.instance = instance or ClientInstance(namesrv)
+        self.instance = instance or ClientInstance(namesrv, credentials=credentials, tls=tls)
         self.send_timeout = send_timeout
         self.retries = retries
         self.retries_async = retries_async

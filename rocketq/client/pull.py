@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..acl import Credentials
 from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from .allocate import AllocateStrategy
 from .consumer import GroupConsumer
@@ -54,11 +56,14 @@ class AsyncPullConsumer(GroupConsumer):
                  auto_commit: bool = True, auto_commit_interval: float = 5.0,
                  pull_threshold_for_queue: int = 1000, max_poll_records: int = 1024,
                  suspend_timeout: float = 20.0, rebalance_interval: float = 20.0,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None,
                  instance: ClientInstance | None = None) -> None:
         super().__init__(group, namesrv, model="clustering", from_where=from_where,
                          consume_timestamp=consume_timestamp, allocate=allocate,
                          rebalance_interval=rebalance_interval,
-                         persist_interval=auto_commit_interval, instance=instance)
+                         persist_interval=auto_commit_interval, instance=instance,
+                         credentials=credentials, tls=tls)
         self.pull_batch_size = pull_batch_size
         self.auto_commit = auto_commit
         self.pull_threshold_for_queue = pull_threshold_for_queue

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ssl
 
+from ..acl import Credentials
 from .allocate import AllocateStrategy
 from .consume_service import (
     ConcurrentConsumeService,
@@ -51,12 +53,15 @@ class AsyncPushConsumer(GroupConsumer):
                  orderly: bool = False, suspend_current_queue_time: float = 1.0,
                  rebalance_interval: float = 20.0, persist_interval: float = 5.0,
                  offset_store_dir: str | None = None,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None,
                  instance: ClientInstance | None = None) -> None:
         super().__init__(group, namesrv, model=model, from_where=from_where,
                          consume_timestamp=consume_timestamp, allocate=allocate,
                          rebalance_interval=rebalance_interval,
                          persist_interval=persist_interval, offset_store_dir=offset_store_dir,
-                         instance=instance)
+                         instance=instance,
+                         credentials=credentials, tls=tls)
         if consume_thread_min > consume_thread_max:
             raise ValueError("consume_thread_min is larger than consume_thread_max")
         self.consume_thread_min = consume_thread_min

@@ -126,10 +126,20 @@ class _DirectSends:
             host, port = addr.rsplit(":", 1)
             sock = socket.create_connection((host, int(port)), timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tls = self.producer.instance.remoting.ssl
+            if tls is not None:
+                try:
+                    sock = tls.wrap_socket(sock, server_hostname=host)
+                except BaseException:
+                    sock.close()
+                    raise
             conn = conns[addr] = (sock, FrameDecoder())
             with self._lock:
                 self._sockets.add(sock)
         sock, decoder = conn
+        signer = self.producer.instance.remoting.signer
+        if signer is not None:
+            signer(cmd)
         try:
             sock.settimeout(timeout)
             sock.sendall(encode(cmd))

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import cast
 
+from ..remoting.tls import Listener, TlsSettings
 from ..store import MessageStore
 from .protocol import HAProtocolError, ReportReader, encode_transfer_header
 
@@ -170,8 +172,11 @@ class HAConnection(asyncio.Protocol):
 class HAServer:
     """The master's HA port: accepts slaves and streams its CommitLog to each."""
 
-    def __init__(self, store: MessageStore, host: str, port: int) -> None:
+    def __init__(self, store: MessageStore, host: str, port: int, *,
+                 tls: TlsSettings | None = None) -> None:
         self.store = store
+        #: The port's TLS mode: a slave of a TLS master connects with TLS.
+        self.tls = tls
         self.host = host
         self.port = port
         self.connections: set[HAConnection] = set()
@@ -187,7 +192,7 @@ class HAServer:
         self.acks_needed = 0
         #: Called when the waited-for position moves (the store dispatches up to it).
         self.on_confirm: Callable[[], None] | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Listener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._ack_waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -195,9 +200,18 @@ class HAServer:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._server = await self._loop.create_server(
-            lambda: HAConnection(self), self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self._server = Listener(sock, lambda: HAConnection(self), self.tls)
+        await self._server.start()
+        self.port = self._server.port
         self.store.commitlog.on_append.append(self._on_append)
         log.info("HA port %s:%d open for slaves", self.host, self.port)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as _ssl
 from collections.abc import Callable
 
 from ..store import MessageStore
@@ -28,8 +29,11 @@ class HAClient:
     the NameServer tells a registering slave)."""
 
     def __init__(self, store: MessageStore, master_address: Callable[[], str],
-                 reconnect_interval: float = 5.0, hello: int | None = None) -> None:
+                 reconnect_interval: float = 5.0, hello: int | None = None,
+                 ssl: _ssl.SSLContext | None = None) -> None:
         self.store = store
+        #: TLS for the link, when the master's HA port wants it.
+        self.ssl = ssl
         #: Controller mode: this slave's broker id, said first on each link.
         self.hello = hello
         self.master_address = master_address
@@ -65,7 +69,7 @@ class HAClient:
 
     async def _follow(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
+        reader, writer = await asyncio.open_connection(host, int(port), ssl=self.ssl)
         store = self.store
         config = store.config
         heartbeat = config.haSendHeartbeatInterval / 1000

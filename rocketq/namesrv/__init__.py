@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from ..acl import NAMESRV_ADMIN_CODES, AccessControl
 from ..protocol import (
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
@@ -23,7 +24,7 @@ from ..protocol import (
     ResponseCode,
 )
 from ..protocol.topic import SINK_LEDGER_TOPIC
-from ..remoting import Connection, RemotingServer
+from ..remoting import Connection, RemotingServer, TlsSettings
 from .routes import RouteTable
 
 log = logging.getLogger("rocketq.namesrv")
@@ -43,11 +44,17 @@ class NameServer:
     """A NameServer listening on ``host:port`` (port 0 picks a free one)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-                 scan_interval: float = 5.0) -> None:
+                 scan_interval: float = 5.0, acl_file: str | None = None,
+                 tls: TlsSettings | None = None) -> None:
+        """``acl_file``: check every request against this ``plain_acl.yml`` (registering
+        brokers and changing routes or KV config then needs an admin account); ``tls``: the
+        port's TLS mode and certificate."""
         self.routes = RouteTable()
         self.kv: dict[str, dict[str, str]] = {}
         self.scan_interval = scan_interval
-        self.server = RemotingServer(self.handle, host, port, on_close=self._connection_closed)
+        self.acl = AccessControl(acl_file, NAMESRV_ADMIN_CODES) if acl_file else None
+        self.server = RemotingServer(self.acl.guard(self.handle) if self.acl else self.handle,
+                                     host, port, on_close=self._connection_closed, tls=tls)
         self._scan_task: asyncio.Task[None] | None = None
         self._handlers = {
             RequestCode.REGISTER_BROKER: self._register_broker,
@@ -75,6 +82,8 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.acl is not None:
+            self.acl.start_watching()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan())
         log.info("NameServer listening on %s", self.address)
 
@@ -83,6 +92,8 @@ class NameServer:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
+        if self.acl is not None:
+            await self.acl.stop_watching()
         await self.server.stop()
 
     async def _scan(self) -> None:

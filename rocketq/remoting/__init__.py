@@ -6,17 +6,21 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl as _ssl
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ..protocol import MAX_FRAME_SIZE, RemotingCommand
+from ..protocol import MAX_FRAME_SIZE, FrameDecoder, ProtocolError, RemotingCommand, ResponseCode
+from ..protocol.command import encode
 from .connection import (
     Connection,
     ConnectionClosedError,
     Handler,
     RemotingError,
     RemotingTimeoutError,
+    Signer,
 )
+from .tls import ENFORCING, Listener, TlsSettings, client_context
 
 log = logging.getLogger("rocketq.remoting")
 
@@ -24,7 +28,8 @@ T = TypeVar("T")
 
 __all__ = [
     "Connection", "ConnectionClosedError", "Handler", "RemotingClient", "RemotingError",
-    "RemotingServer", "RemotingTimeoutError", "cancel_tasks", "parse_address", "run",
+    "RemotingServer", "RemotingTimeoutError", "Signer", "TlsSettings", "cancel_tasks",
+    "client_context", "parse_address", "run",
 ]
 
 IDLE_TIMEOUT = 120.0
@@ -79,19 +84,22 @@ class RemotingServer:
     """Accepts connections and hands every request to ``handler``.
 
     Connections idle for ``idle_timeout`` seconds are closed, as RocketMQ does after 120 s.
+    ``tls`` sets the port's TLS mode (see ``tls.py``; None: plain only).
     """
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
                  idle_timeout: float = IDLE_TIMEOUT, max_frame: int = MAX_FRAME_SIZE,
-                 on_close: Callable[[Connection], None] | None = None) -> None:
+                 on_close: Callable[[Connection], None] | None = None,
+                 tls: TlsSettings | None = None) -> None:
         self.handler = handler
+        self.tls = tls
         self.host = host
         self.port = port
         self.idle_timeout = idle_timeout
         self.max_frame = max_frame
         self.on_close = on_close
         self.connections: set[Connection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self._server: Listener | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
 
@@ -117,9 +125,8 @@ class RemotingServer:
         self.bind()
         assert self._sock is not None
         self._sock.listen(1024)
-        self._server = await loop.create_server(self._make_connection, sock=self._sock,
-                                                backlog=1024)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = Listener(self._sock, self._make_connection, self.tls, PlainRefused)
+        await self._server.start()
         self._idle_task = loop.create_task(self._expire_idle())
 
     def _make_connection(self) -> Connection:
@@ -165,16 +172,52 @@ class RemotingServer:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
 
+class PlainRefused(asyncio.Protocol):
+    """What a plain client of an enforcing TLS port meets: its first request is answered,
+    in plain, with an error saying the port wants TLS, and the connection is closed."""
+
+    REMARK = ("this port accepts TLS connections only (tlsMode=enforcing): connect with TLS "
+              "(rocketq's clients: tls=True or an ssl.SSLContext)")
+
+    def __init__(self) -> None:
+        self.decoder = FrameDecoder()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        log.info("refused a plain connection from %s:%d: %s only", peer[0], peer[1], ENFORCING)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolError:
+            self.transport.close()
+            return
+        if commands:
+            cmd = commands[0]
+            if not cmd.is_oneway and not cmd.flag & 1:
+                self.transport.write(encode(cmd.response(ResponseCode.SYSTEM_ERROR,
+                                                         remark=self.REMARK)))
+            self.transport.close()
+
+
 class RemotingClient:
     """One connection per remote address, opened on first use and reused.
 
     ``handler`` serves requests the remote side sends (CHECK_TRANSACTION_STATE,
-    NOTIFY_CONSUMER_IDS_CHANGED, ...).
+    NOTIFY_CONSUMER_IDS_CHANGED, ...). ``signer`` signs every request sent (ACL
+    credentials); ``ssl`` makes every connection a TLS one.
     """
 
     def __init__(self, handler: Handler | None = None, *, connect_timeout: float = 3.0,
-                 on_close: Callable[[str, Connection], None] | None = None) -> None:
+                 on_close: Callable[[str, Connection], None] | None = None,
+                 signer: Signer | None = None,
+                 ssl: bool | _ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.signer = signer
+        self.ssl = client_context(ssl)
         self.connect_timeout = connect_timeout
         self.on_close = on_close
         self.connections: dict[str, Connection] = {}
@@ -201,10 +244,14 @@ class RemotingClient:
 
             try:
                 _, conn = await asyncio.wait_for(loop.create_connection(
-                    lambda: Connection(self.handler, on_close=closed), host, port),
-                    self.connect_timeout)
+                    lambda: Connection(self.handler, on_close=closed, signer=self.signer),
+                    host, port, ssl=self.ssl), self.connect_timeout)
             except TimeoutError:
                 raise RemotingTimeoutError(f"connecting to {addr} timed out") from None
+            except _ssl.SSLError as exc:
+                raise ConnectionClosedError(
+                    f"TLS handshake with {addr} failed: {exc.reason or exc} (is TLS enabled "
+                    f"on that port, and is its certificate trusted?)") from None
             except OSError as exc:
                 raise ConnectionClosedError(f"cannot connect to {addr}: {exc.strerror or exc}"
                                             ) from None

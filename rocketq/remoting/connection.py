@@ -35,6 +35,8 @@ SWEEP_INTERVAL = 0.02
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
+#: Adds a signature to a request about to be sent (ACL credentials).
+Signer = Callable[[RemotingCommand], None]
 
 
 class RemotingError(Exception):
@@ -53,9 +55,11 @@ class Connection(asyncio.Protocol):
     """A remoting connection. Create it through RemotingServer or RemotingClient."""
 
     def __init__(self, handler: Handler | None = None, *, max_frame: int = MAX_FRAME_SIZE,
-                 on_close: Callable[[Connection], None] | None = None) -> None:
+                 on_close: Callable[[Connection], None] | None = None,
+                 signer: Signer | None = None) -> None:
         self.handler = handler
         self.on_close = on_close
+        self.signer = signer
         self.decoder = FrameDecoder(max_frame)
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.transport: asyncio.Transport | None = None
@@ -251,6 +255,8 @@ class Connection(asyncio.Protocol):
         self._deadlines[opaque] = self.loop.time() + timeout
         if self._sweeper is None:
             self._sweeper = self.loop.call_later(SWEEP_INTERVAL, self._sweep)
+        if self.signer is not None:
+            self.signer(cmd)
         self.send(cmd)
         try:
             return await fut
@@ -278,6 +284,8 @@ class Connection(asyncio.Protocol):
     def oneway(self, cmd: RemotingCommand) -> None:
         """Send a request that gets no response."""
         cmd.flag |= FLAG_ONEWAY
+        if self.signer is not None:
+            self.signer(cmd)
         self.send(cmd)
 
     def close(self) -> None:

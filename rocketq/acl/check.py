@@ -1,0 +1,226 @@
+"""Which permissions a request needs, and the check a broker or NameServer makes of every
+request before serving it (RocketMQ's PlainAccessValidator, PlainPermissionManager).
+
+The order is RocketMQ's: a globally white-listed address passes; otherwise the request must
+name a known AccessKey; an address white-listed for that account passes; otherwise the
+signature must be right, admin codes need an admin account, and every topic and group the
+request touches needs its permission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+
+from ..protocol import RemotingCommand, RequestCode, ResponseCode, fastjson, is_retry_topic
+from ..protocol.topic import RETRY_GROUP_TOPIC_PREFIX
+from .plain import PUB, SUB, AclConfigError, PlainAcl, allows, load_plain_acl, perm_name
+from .signature import ACCESS_KEY, SIGNATURE, verify
+
+log = logging.getLogger("rocketq.acl")
+
+#: Codes only an admin account may send to a broker: RocketMQ's Permission.ADMIN_CODE, and
+#: the other codes that change a broker's state for everyone.
+BROKER_ADMIN_CODES = frozenset({
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
+    RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+})
+#: Codes only an admin account may send to a NameServer: registering brokers and changing
+#: routes or KV config.
+NAMESRV_ADMIN_CODES = frozenset({
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.PUT_KV_CONFIG,
+    RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
+})
+
+_SENDS = {RequestCode.SEND_MESSAGE: ("topic", "producerGroup"),
+          RequestCode.SEND_REPLY_MESSAGE: ("topic", "producerGroup"),
+          RequestCode.SEND_MESSAGE_V2: ("b", "a"),
+          RequestCode.SEND_BATCH_MESSAGE: ("b", "a"),
+          RequestCode.SEND_REPLY_MESSAGE_V2: ("b", "a")}
+
+
+def needed_perms(cmd: RemotingCommand) -> Iterator[tuple[str, bool, int]]:
+    """``(name, is_group, permission)`` for each topic and group the request touches, as
+    RocketMQ maps them (PlainAccessResource.parse), plus batch, reply and lite-pull sends,
+    which RocketMQ leaves unchecked."""
+    ext = cmd.ext_fields
+    code = cmd.code
+    if code in _SENDS:
+        topic_key, group_key = _SENDS[code]
+        topic = ext.get(topic_key, "")
+        if is_retry_topic(topic):  # a consumer sending back to its retry topic
+            yield topic[len(RETRY_GROUP_TOPIC_PREFIX):], True, SUB
+        else:
+            yield topic, False, PUB
+    elif code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+        yield ext.get("topic", ""), False, SUB
+        yield ext.get("consumerGroup", ""), True, SUB
+    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        yield ext.get("group", ""), True, SUB
+        yield ext.get("originTopic", ""), False, PUB
+    elif code == RequestCode.QUERY_MESSAGE:
+        yield ext.get("topic", ""), False, SUB
+    elif code == RequestCode.HEART_BEAT:
+        for data in _heartbeat_consumers(cmd.body):
+            yield str(data.get("groupName", "")), True, SUB
+            for sub in data.get("subscriptionDataSet") or ():
+                if isinstance(sub, dict):
+                    yield str(sub.get("topic", "")), False, SUB
+    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+        if ext.get("consumerGroup"):
+            yield ext["consumerGroup"], True, SUB
+    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
+        yield ext.get("consumerGroup", ""), True, SUB
+        yield ext.get("topic", ""), False, SUB
+
+
+def _heartbeat_consumers(body: bytes) -> list[dict[str, Any]]:
+    if not body:
+        return []
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            data = fastjson.loads(body)
+        except ValueError:
+            return []  # the broker's own handler refuses it with the reason
+    consumers = data.get("consumerDataSet") if isinstance(data, dict) else None
+    return [c for c in consumers or () if isinstance(c, dict)]
+
+
+class AccessDenied(Exception):
+    """A request the ACL refuses; the message says what was refused and why."""
+
+
+class AccessControl:
+    """The ACL of one server: ``plain_acl.yml`` kept loaded and reloaded when it changes.
+
+    ``admin_codes`` are the request codes that need an admin account on this server.
+    """
+
+    #: Seconds between looks at the file (RocketMQ's watcher looks every 500 ms).
+    WATCH_INTERVAL = 0.5
+    #: Refusals remembered for logging once each; past this many the memory starts over.
+    MAX_LOGGED = 10_000
+
+    def __init__(self, path: str | os.PathLike[str], admin_codes: frozenset[int]) -> None:
+        self.path = os.fspath(path)
+        self.admin_codes = admin_codes
+        self.acl: PlainAcl = load_plain_acl(self.path)  # AclConfigError: refuse to start
+        self._stamp = self._file_stamp()
+        self._logged: set[tuple[str, str, str]] = set()
+        self._watch_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ the file
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def reload_if_changed(self) -> bool:
+        """Load the file again if it changed; a broken file is logged and the accounts in
+        force stay as they were. Returns whether new accounts took effect."""
+        stamp = self._file_stamp()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        if stamp is None:
+            log.error("the ACL file %s is gone; the accounts loaded before stay in force",
+                      self.path)
+            return False
+        try:
+            self.acl = load_plain_acl(self.path)
+        except AclConfigError as exc:
+            log.error("%s; the accounts loaded before stay in force", exc)
+            return False
+        self._logged.clear()
+        log.info("reloaded %s: %d account(s)", self.path, len(self.acl.accounts))
+        return True
+
+    def start_watching(self) -> None:
+        """Reload the file whenever it changes, until :meth:`stop_watching`."""
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(self.WATCH_INTERVAL)
+                self.reload_if_changed()
+        self._watch_task = asyncio.get_running_loop().create_task(watch())
+
+    async def stop_watching(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            try:
+                await self._watch_task
+            except asyncio.CancelledError:
+                pass
+            self._watch_task = None
+
+    # ------------------------------------------------------------------ checking
+    def check(self, cmd: RemotingCommand, host: str) -> None:
+        """Raise AccessDenied unless the request from ``host`` may be served."""
+        acl = self.acl
+        for pattern in acl.global_white:
+            if pattern.matches(host):
+                return
+        access_key = cmd.ext_fields.get(ACCESS_KEY)
+        if not access_key:
+            raise AccessDenied("the request is not signed (no AccessKey): give the client "
+                               "credentials")
+        account = acl.accounts.get(access_key)
+        if account is None:
+            raise AccessDenied(f"No acl config for {access_key}: unknown AccessKey")
+        if account.white_remote_address.matches(host):
+            return
+        if not cmd.ext_fields.get(SIGNATURE):
+            raise AccessDenied(f"the request of accessKey={access_key} carries no Signature")
+        if not verify(account.secret_key, cmd):
+            raise AccessDenied(f"Check signature failed for accessKey={access_key}: wrong "
+                               f"secret key, or the request was altered on the way")
+        if cmd.code in self.admin_codes and not account.admin:
+            raise AccessDenied(f"Need admin permission for request code={cmd.code}, but "
+                               f"accessKey={access_key} is not an admin")
+        for name, is_group, needed in needed_perms(cmd):
+            owned = account.perm(name, is_group)
+            if owned is not None and not allows(needed, owned):
+                what = "group" if is_group else "topic"
+                raise AccessDenied(
+                    f"No {perm_name(needed)} permission "
+                    f"for {what} {name} (accessKey={access_key} has {perm_name(owned)})")
+
+    def refusal(self, cmd: RemotingCommand, host: str) -> RemotingCommand | None:
+        """None if the request may be served, else the response refusing it (NO_PERMISSION,
+        the reason in the remark). Each client and reason is logged once."""
+        try:
+            self.check(cmd, host)
+        except AccessDenied as exc:
+            reason = str(exc)
+            key = (host, cmd.ext_fields.get(ACCESS_KEY, ""), reason)
+            if key not in self._logged:
+                if len(self._logged) >= self.MAX_LOGGED:
+                    self._logged.clear()
+                self._logged.add(key)
+                log.warning("refused request %d from %s: %s", cmd.code, host, reason)
+            return cmd.response(ResponseCode.NO_PERMISSION, remark=f"access denied: {reason}")
+        return None
+
+    def guard(self, handler: Callable[[Any, RemotingCommand], Any]
+              ) -> Callable[[Any, RemotingCommand], Any]:
+        """``handler`` behind this ACL: a refused request is answered (if not oneway) and
+        never reaches it."""
+        refusal = self.refusal
+
+        def guarded(conn: Any, cmd: RemotingCommand) -> Any:
+            refused = refusal(cmd, conn.peer[0])
+            if refused is not None:
+                return None if cmd.is_oneway else refused
+            return handler(conn, cmd)
+        return guarded
