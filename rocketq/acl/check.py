@@ -40,46 +40,48 @@ NAMESRV_ADMIN_CODES = frozenset({
     RequestCode.ADD_WRITE_PERM_OF_BROKER,
 })
 
-_SENDS = {RequestCode.SEND_MESSAGE: ("topic", "producerGroup"),
-          RequestCode.SEND_REPLY_MESSAGE: ("topic", "producerGroup"),
-          RequestCode.SEND_MESSAGE_V2: ("b", "a"),
-          RequestCode.SEND_BATCH_MESSAGE: ("b", "a"),
-          RequestCode.SEND_REPLY_MESSAGE_V2: ("b", "a")}
+_SENDS = {RequestCode.SEND_MESSAGE: ("topic",), RequestCode.SEND_REPLY_MESSAGE: ("topic",),
+          RequestCode.SEND_MESSAGE_V2: ("b",), RequestCode.SEND_BATCH_MESSAGE: ("b",),
+          RequestCode.SEND_REPLY_MESSAGE_V2: ("b",)}
 
 
 def needed_perms(cmd: RemotingCommand) -> Iterator[tuple[str, bool, int]]:
     """``(name, is_group, permission)`` for each topic and group the request touches, as
-    RocketMQ maps them (PlainAccessResource.parse), plus batch, reply and lite-pull sends,
-    which RocketMQ leaves unchecked."""
+    RocketMQ maps them (PlainAccessResource.parse), plus batch, reply and lite-pull sends and
+    offset queries, which RocketMQ leaves unchecked. A retry topic ``%RETRY%g`` stands for
+    the group ``g``."""
     ext = cmd.ext_fields
     code = cmd.code
     if code in _SENDS:
-        topic_key, group_key = _SENDS[code]
-        topic = ext.get(topic_key, "")
-        if is_retry_topic(topic):  # a consumer sending back to its retry topic
-            yield topic[len(RETRY_GROUP_TOPIC_PREFIX):], True, SUB
-        else:
-            yield topic, False, PUB
+        topic = ext.get(_SENDS[code][0], "")
+        # A consumer sending back to its retry topic needs SUB on its group.
+        yield _resource(topic, SUB if is_retry_topic(topic) else PUB)
     elif code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
-        yield ext.get("topic", ""), False, SUB
+        yield _resource(ext.get("topic", ""), SUB)
         yield ext.get("consumerGroup", ""), True, SUB
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         yield ext.get("group", ""), True, SUB
-        yield ext.get("originTopic", ""), False, PUB
+        yield _resource(ext.get("originTopic", ""), PUB)
     elif code == RequestCode.QUERY_MESSAGE:
-        yield ext.get("topic", ""), False, SUB
+        yield _resource(ext.get("topic", ""), SUB)
     elif code == RequestCode.HEART_BEAT:
         for data in _heartbeat_consumers(cmd.body):
             yield str(data.get("groupName", "")), True, SUB
             for sub in data.get("subscriptionDataSet") or ():
                 if isinstance(sub, dict):
-                    yield str(sub.get("topic", "")), False, SUB
+                    yield _resource(str(sub.get("topic", "")), SUB)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         if ext.get("consumerGroup"):
             yield ext["consumerGroup"], True, SUB
     elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
         yield ext.get("consumerGroup", ""), True, SUB
-        yield ext.get("topic", ""), False, SUB
+        yield _resource(ext.get("topic", ""), SUB)
+
+
+def _resource(topic: str, perm: int) -> tuple[str, bool, int]:
+    if is_retry_topic(topic):
+        return topic[len(RETRY_GROUP_TOPIC_PREFIX):], True, perm
+    return topic, False, perm
 
 
 def _heartbeat_consumers(body: bytes) -> list[dict[str, Any]]:
