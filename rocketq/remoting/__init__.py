@@ -253,6 +253,11 @@ class RemotingClient:
                     f"TLS handshake with {addr} failed: {exc.reason or exc} (is TLS enabled "
                     f"on that port, and is its certificate trusted?)") from None
             except OSError as exc:
+                if self.ssl is not None and not isinstance(exc, ConnectionRefusedError):
+                    # The peer hung up in the handshake: most likely a port without TLS.
+                    reason = exc.strerror or str(exc) or "the server closed the connection"
+                    raise ConnectionClosedError(f"TLS handshake with {addr} failed: {reason} "
+                                                f"(is TLS enabled on that port?)") from None
                 raise ConnectionClosedError(f"cannot connect to {addr}: {exc.strerror or exc}"
                                             ) from None
             sock = conn.transport.get_extra_info("socket") if conn.transport else None

@@ -93,6 +93,8 @@ class Connection(asyncio.Protocol):
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
+            if data[:1] == b"\x16":
+                exc = ProtocolError(f"{exc} (a TLS handshake, but this port has TLS disabled)")
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
             self.close()
             return
