@@ -16,10 +16,13 @@ $(STAMP): pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_c
 run: $(STAMP)
 	$(BIN)/rocketq standalone
 
-# The etcd server the controller's etcd engine is tested against (Debian's etcd-server).
+# The etcd server the controller's etcd engine is tested against (Debian's etcd-server), and
+# the openssl command the TLS tests handshake with.
 test-deps:
 	@command -v etcd >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
+	@command -v openssl >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
 
 # Every test runs twice: on the compiled codec, then on its pure-Python twin.
 test: $(STAMP) test-deps

@@ -99,6 +99,11 @@ class Broker:
                                      else "127.0.0.1", config.listenPort,
                                      on_close=self._connection_closed, tls=self.tls)
         inner = inner_credentials(config, self.acl)
+        if self.acl is not None and inner is None:
+            log.warning("ACL is on but the broker has no credentials of its own: NameServers "
+                        "that check requests will refuse its registration (add an admin "
+                        "account to %s, or set innerClientAuthenticationCredentials)",
+                        self.acl.path)
         self.namesrv_client = RemotingClient(signer=inner.sign if inner else None,
                                              ssl=self._outgoing_tls)
         self.store: MessageStore | None = None  # type: ignore[assignment]
