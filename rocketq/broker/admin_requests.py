@@ -110,6 +110,10 @@ def _connection(channel: ClientChannel) -> dict[str, Any]:
             "language": channel.language, "version": channel.version}
 
 
+#: Config fields GET_BROKER_CONFIG leaves out: containers, and the broker's own secret.
+NOT_SHOWN = ("unknown", "tls", "innerClientAuthenticationCredentials")
+
+
 class AdminRequests:
     """Serves the admin requests over the broker's config, topics, offsets, client table and
     store; ``runtime_info`` builds the GET_BROKER_RUNTIME_INFO table."""
@@ -288,7 +292,9 @@ class AdminRequests:
     def broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONFIG: every broker and store setting as properties text."""
         values = {f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config)
-                  if f.name != "unknown"}
+                  if f.name not in NOT_SHOWN}
+        # TLS paths are shown as given; secrets are not shown at all.
+        values.update({k: v for k, v in self.config.tls.items() if "Password" not in k})
         values.update({f.name: getattr(self.store_config, f.name)
                        for f in dataclasses.fields(self.store_config) if f.name != "unknown"})
         text = "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"

@@ -197,6 +197,7 @@ def _field_types() -> dict[str, str]:
     types = {f.name: str(f.type) for f in dataclasses.fields(MessageStoreConfig)}
     types.update({f.name: str(f.type) for f in dataclasses.fields(BrokerConfig)})
     types.pop("unknown", None)
+    types.pop("tls", None)
     return types
 
 

@@ -207,3 +207,27 @@ def test_a_slave_replicates_over_tls(cluster, pki):
         finally:
             await cluster.stop()
     run_async(main())
+
+
+def test_the_sync_producers_direct_sends_are_signed_and_encrypted(tmp_path, pki):
+    """The synchronous producer sends from the caller's thread once it knows the route: that
+    path signs and uses TLS too."""
+    from rocketq import Producer
+
+    from ..servers import ServerThread
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - {accessKey: direct-admin, secretKey: direct-secret, "
+                   "admin: true}\n")
+    st = ServerThread(tmp_path)
+    try:
+        st.start_namesrv(acl_file=str(acl), tls=settings(pki, "enforcing"))
+        st.start_broker(aclEnable="true", aclFile=str(acl), **broker_tls(pki, "enforcing"))
+        with Producer("pg-direct", namesrv=st.namesrv, credentials=("direct-admin",
+                      "direct-secret"), tls=client_ctx(pki)) as producer:
+            results = [producer.send(Message("Direct", b"%d" % i)) for i in range(5)]
+            sockets = list(producer._direct._sockets)
+        assert [r.status.value for r in results] == ["SEND_OK"] * 5
+        assert sockets and all(isinstance(s, ssl.SSLSocket) for s in sockets)
+    finally:
+        st.stop()
