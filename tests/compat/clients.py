@@ -50,6 +50,18 @@ class Standalone:
         return stop(self.proc)
 
 
+def ali_ons(workdir: pathlib.Path, script: str) -> None:
+    """Install ``ali-ons`` 3.12.0 into ``workdir`` and copy ``js/<script>`` there."""
+    import shutil
+
+    workdir.mkdir()
+    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
+                              "ali-ons@3.12.0"], cwd=workdir, capture_output=True, text=True,
+                             timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    shutil.copy(pathlib.Path(__file__).with_name("js") / script, workdir / script)
+
+
 def run_client(python: str, script: str, *args: str, timeout: float = 120
                ) -> subprocess.CompletedProcess[str]:
     """Run a client script in its venv; its logs go to a temporary HOME."""
@@ -60,4 +72,4 @@ def run_client(python: str, script: str, *args: str, timeout: float = 120
                           timeout=timeout, env=env)
 
 
-__all__ = ["Standalone", "client_python", "run_client", "sys"]
+__all__ = ["Standalone", "ali_ons", "client_python", "run_client", "sys"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 
@@ -13,9 +12,7 @@ import pytest
 
 from rocketq.cli import main
 
-from .clients import Standalone
-
-SCRIPT = pathlib.Path(__file__).with_name("js") / "ons_smoke.js"
+from .clients import Standalone, ali_ons
 
 
 @pytest.mark.slow
@@ -23,18 +20,13 @@ SCRIPT = pathlib.Path(__file__).with_name("js") / "ons_smoke.js"
                     reason="Node.js and npm are needed")
 def test_ali_ons_sends_and_consumes(tmp_path):
     workdir = tmp_path / "ons"
-    workdir.mkdir()
-    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
-                              "ali-ons@3.12.0"], cwd=workdir, capture_output=True, text=True,
-                             timeout=300)
-    assert install.returncode == 0, install.stderr[-2000:]
-    shutil.copy(SCRIPT, workdir / "smoke.js")
+    ali_ons(workdir, "ons_smoke.js")
     server = Standalone(tmp_path / "data")
     try:
         # ali-ons asks for the topic's own route only (no TBW102 fallback): create it.
         assert main(["admin", "--namesrv", server.namesrv, "topic", "create", "OnsTopic",
                      "--queues", "4"]) == 0
-        proc = subprocess.run(["node", "smoke.js", server.namesrv], cwd=workdir,
+        proc = subprocess.run(["node", "ons_smoke.js", server.namesrv], cwd=workdir,
                               capture_output=True, text=True, timeout=120,
                               env={**os.environ, "HOME": str(tmp_path)})
     finally:

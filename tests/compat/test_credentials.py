@@ -15,7 +15,7 @@ import pytest
 
 from rocketq.cli import main
 
-from .clients import Standalone, client_python, run_client
+from .clients import Standalone, ali_ons, client_python, run_client
 
 ACL = """\
 accounts:
@@ -108,21 +108,17 @@ def test_cpp_client_with_credentials(tmp_path):
                     reason="Node.js and npm are needed")
 def test_ali_ons_with_credentials(tmp_path):
     workdir = tmp_path / "ons"
-    workdir.mkdir()
-    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
-                              "ali-ons@3.12.0"], cwd=workdir, capture_output=True, text=True,
-                             timeout=300)
-    assert install.returncode == 0, install.stderr[-2000:]
-    shutil.copy(pathlib.Path(__file__).with_name("js") / "ons_credentials.js", workdir / "c.js")
+    ali_ons(workdir, "ons_credentials.js")
     server = acl_server(tmp_path, "OnsAcl")
     env = {**os.environ, "HOME": str(tmp_path)}
-    try:
-        good = subprocess.run(["node", "c.js", server.namesrv, "compat-user", "compat-secret-1",
-                               "good"], cwd=workdir, capture_output=True, text=True,
+
+    def node(secret: str, mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["node", "ons_credentials.js", server.namesrv, "compat-user",
+                               secret, mode], cwd=workdir, capture_output=True, text=True,
                               timeout=120, env=env)
-        bad = subprocess.run(["node", "c.js", server.namesrv, "compat-user", "wrong-secret-1",
-                              "bad"], cwd=workdir, capture_output=True, text=True, timeout=120,
-                             env=env)
+    try:
+        good = node("compat-secret-1", "good")
+        bad = node("wrong-secret-1", "bad")
     finally:
         assert server.stop() == 0
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]

@@ -4,7 +4,6 @@ client and with ``openssl s_client``, against a CA the test makes."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import ssl
 import time
 
@@ -152,7 +151,6 @@ def test_client_certificates_are_verified_when_required(cluster, pki):
     run_async(main())
 
 
-@pytest.mark.skipif(not shutil.which("openssl"), reason="the openssl command is needed")
 @pytest.mark.parametrize("mode", ["enforcing", "permissive", "disabled"])
 def test_openssl_s_client_completes_a_verified_handshake(cluster, pki, mode):
     async def main():
