@@ -92,7 +92,7 @@ class Broker:
         self.acl = access_control(config, self.config_dir)
         self.tls = tls_settings(config)
         if self.tls.enabled:
-            self.tls.server_context()  # a certificate that cannot be loaded fails here
+            _ = self.tls.server_context  # a certificate that cannot be loaded fails here
         self._outgoing_tls = outgoing_tls(config)
         self.server = RemotingServer(self.acl.guard(self.handle) if self.acl else self.handle,
                                      "0.0.0.0" if config.brokerIP1 != "127.0.0.1"

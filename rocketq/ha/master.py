@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import cast
 
-from ..remoting.tls import Listener, TlsSettings
+from ..remoting.tls import Listener, TlsSettings, bound_socket
 from ..store import MessageStore
 from .protocol import HAProtocolError, ReportReader, encode_transfer_header
 
@@ -200,15 +199,8 @@ class HAServer:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET,
-                             socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
+        sock = bound_socket(self.host, self.port)
+        sock.listen(128)
         self._server = Listener(sock, lambda: HAConnection(self), self.tls)
         await self._server.start()
         self.port = self._server.port

@@ -20,7 +20,7 @@ from .connection import (
     RemotingTimeoutError,
     Signer,
 )
-from .tls import ENFORCING, Listener, TlsSettings, client_context
+from .tls import ENFORCING, Listener, TlsSettings, bound_socket, client_context
 
 log = logging.getLogger("rocketq.remoting")
 
@@ -108,16 +108,8 @@ class RemotingServer:
         its port before serving. It listens only from :meth:`start` on: until then clients
         are refused at once instead of connecting to a server that cannot answer yet."""
         if self._sock is None:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((self.host, self.port))
-            except OSError:
-                sock.close()
-                raise
-            self._sock = sock
-            self.port = sock.getsockname()[1]
+            self._sock = bound_socket(self.host, self.port)
+            self.port = self._sock.getsockname()[1]
         return self.port
 
     async def start(self) -> None:

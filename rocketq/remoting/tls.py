@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -82,8 +83,10 @@ class TlsSettings:
                    need_client_auth=get("tls.server.need.client.auth", default="none").lower(),
                    trust_cert_path=get("tls.server.trustCertPath"))
 
+    @functools.cached_property
     def server_context(self) -> ssl.SSLContext:
-        """The SSLContext serving this certificate; TlsConfigError if it cannot be loaded."""
+        """The SSLContext serving this certificate, loaded once and shared by every port of
+        these settings; TlsConfigError if it cannot be loaded."""
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             ctx.load_cert_chain(self.cert_path, self.key_path, self.key_password)
@@ -110,6 +113,18 @@ def client_context(tls: bool | ssl.SSLContext | None) -> ssl.SSLContext | None:
     raise TypeError("tls must be True, False or an ssl.SSLContext")
 
 
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), not yet listening."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class Listener:
     """A listening socket that serves connections through ``factory``, in a TLS mode.
 
@@ -127,7 +142,7 @@ class Listener:
         self._server: asyncio.AbstractServer | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._sniffing: set[asyncio.Task[None]] = set()
-        self._ctx = self.settings.server_context() if self.settings is not None else None
+        self._ctx = self.settings.server_context if self.settings is not None else None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

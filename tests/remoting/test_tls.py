@@ -180,8 +180,8 @@ def test_bad_tls_settings_are_refused_with_the_key_to_fix():
     with pytest.raises(ValueError, match="needs tls.server.certPath"):
         TlsSettings(mode="enforcing")
     with pytest.raises(ValueError, match="cannot load the TLS certificate"):
-        TlsSettings(mode="enforcing", cert_path="/nonexistent.crt",
-                    key_path="/nonexistent.key").server_context()
+        _ = TlsSettings(mode="enforcing", cert_path="/nonexistent.crt",
+                        key_path="/nonexistent.key").server_context
 
 
 @pytest.mark.slow
