@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from .mapped_file import MappedFile, MappedFileQueue
 
 UNIT_SIZE = 20
+#: Bytes read at a time when the end of a file is searched for.
+_SCAN_CHUNK = 1 << 16
 UNIT = struct.Struct(">qiq")
 _RUN_STRUCTS: dict[int, struct.Struct] = {}
 
@@ -129,30 +131,33 @@ class ConsumeQueue:
     def recover(self) -> None:
         """Find the write position and the min offset from the files.
 
-        Units are contiguous except for a leading run of zero units in the first file (a queue
-        whose first files were deleted, or that began mid-way), so after skipping that run a
-        binary search finds the first empty unit (size 0) of the last file."""
+        The queue ends after its last unit with a size, wherever it is: units are written in
+        order, but a run may leave a hole of zero units in the middle (a queue that resumed
+        further on), so the end is searched for from the back of the last file, and files
+        holding nothing after the last unit are dropped. A unit torn by a crash (written in
+        part, size still 0) is cleared. The min offset is the first unit after the leading
+        run of zero units of the first file (a queue whose first files were deleted, or that
+        began mid-way)."""
         files = self.files.files
         if not files:
             return
         for f in files[:-1]:
             f.wrote_position = f.flushed_position = self.file_size
-        first, last = files[0], files[-1]
-        lead = _leading_zero_units(first.view)
-        if last is first and lead * UNIT_SIZE >= self.file_size:
-            # Only zeros (every unit was cut, or none reached the disk): an empty queue.
-            lead = 0
-        self.min_logic_offset = (first.from_offset // UNIT_SIZE) + lead
-        lo = lead if last is first else 0
-        hi = self.file_size // UNIT_SIZE
-        view = last.view
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if UNIT.unpack_from(view, mid * UNIT_SIZE)[1] > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        last.wrote_position = last.flushed_position = lo * UNIT_SIZE
+        first = files[0]
+        end = first.from_offset
+        for f in reversed(files):
+            units = _units_up_to_last(f)
+            if units:
+                end = f.from_offset + units * UNIT_SIZE
+                break
+        # Drops the empty files after the end and clears a torn unit; sets the last file's
+        # write position. Bytes already zero are compared, not written.
+        self.files.truncate(end)
+        last = self.files.last
+        assert last is not None
+        last.flushed_position = last.wrote_position
+        lead = _leading_zero_units(first.view) if end > first.from_offset else 0
+        self.min_logic_offset = first.from_offset // UNIT_SIZE + lead
         unit = self.unit(self.max_offset - 1) if self.max_offset > self.min_logic_offset else None
         self.max_physic_offset = unit[0] + unit[1] if unit else 0
 
@@ -304,6 +309,32 @@ class ConsumeQueueTable:
 
     def __len__(self) -> int:
         return len(self.queues)
+
+
+def _units_up_to_last(f: MappedFile) -> int:
+    """How many units of ``f`` come up to and including its last unit with a size (0: none).
+
+    Read backwards in chunks with ``pread``, so the zeros after a queue's end cost a
+    comparison each, and a file that holds data to its end costs one chunk."""
+    pos = f.file_size
+    buf = bytearray(_SCAN_CHUNK)
+    while pos > 0:
+        start = max(0, pos - _SCAN_CHUNK)
+        view = memoryview(buf)[:pos - start]
+        got = os.preadv(f.fd, [view], start)
+        data = bytes(view[:got])
+        stripped = len(data.rstrip(b"\x00"))
+        if stripped:
+            # The last non-zero byte's unit, then back over units without a size (a unit
+            # torn between its offset and its size fields).
+            index = (start + stripped - 1) // UNIT_SIZE
+            while index >= 0:
+                if UNIT.unpack_from(f.view, index * UNIT_SIZE)[1] > 0:
+                    return index + 1
+                index -= 1
+            return 0
+        pos = start
+    return 0
 
 
 def _leading_zero_units(view: memoryview) -> int:
