@@ -164,13 +164,13 @@ class Connection(asyncio.Protocol):
             return
         if type(result) is RemotingCommand:
             if not cmd.flag & FLAG_ONEWAY:
-                self.send(result)
+                self._answer(cmd, result)
         elif inspect.isawaitable(result):
             task = self.loop.create_task(self._finish(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif not cmd.is_oneway:
-            self.send(result)
+            self._answer(cmd, result)
 
     async def _finish(self, cmd: RemotingCommand,
                       pending: Awaitable[RemotingCommand | None]) -> None:
@@ -182,16 +182,28 @@ class Connection(asyncio.Protocol):
             self._reply_error(cmd, exc)
             return
         if result is not None and not cmd.is_oneway:
-            self.send(result)
+            self._answer(cmd, result)
 
-    def _reply_error(self, cmd: RemotingCommand, exc: Exception) -> None:
+    def _answer(self, cmd: RemotingCommand, result: Any) -> None:
+        """Send a handler's answer; an answer that cannot be encoded (a handler's bug) is
+        answered SYSTEM_ERROR with the reason, so the client learns it at once instead of
+        waiting for its timeout."""
+        try:
+            self.send(result)
+        except Exception as exc:
+            self._reply_error(cmd, exc, "its answer could not be encoded")
+
+    def _reply_error(self, cmd: RemotingCommand, exc: Exception,
+                     what: str = "failed") -> None:
         if isinstance(exc, ProtocolError):
             log.info("bad request %d from %s:%d: %s", cmd.code, *self.peer, exc)
         else:
-            log.exception("request %d from %s:%d failed", cmd.code, *self.peer)
+            log.exception("request %d from %s:%d: %s", cmd.code, *self.peer, what)
         if not cmd.is_oneway and self.is_open:
-            self.send(cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: "
-                                                                     f"{exc}"))
+            reason = f"{type(exc).__name__}: {exc}"
+            if what != "failed":
+                reason = f"request {cmd.code}: {what}: {reason}"
+            self.send(cmd.response(ResponseCode.SYSTEM_ERROR, remark=reason))
 
     # ------------------------------------------------------------------ sending
     @property
