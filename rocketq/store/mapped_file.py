@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import logging
 import mmap
 import os
 import threading
@@ -19,12 +20,35 @@ from collections.abc import Iterable
 
 from .errors import DiskFullError, StoreCorruptError
 
+log = logging.getLogger("rocketq.store")
+
 _ZERO_CHUNK = bytes(1 << 20)
 
 
 def offset_to_name(offset: int) -> str:
     """The 20-digit file name of a file starting at ``offset``."""
     return f"{offset:020d}"
+
+
+#: The name a file has while it is being created.
+TMP_SUFFIX = ".tmp"
+
+
+def _drop_unfinished_last(directory: str, names: list[str], file_size: int) -> None:
+    """Remove the last file of ``names`` (and from the list) if it is shorter than
+    ``file_size`` and holds only zeros: a creation cut short by a crash, before files were
+    created under a temporary name. A short file with data is left for the size check."""
+    path = os.path.join(directory, names[-1])
+    size = os.path.getsize(path)
+    if size >= file_size:
+        return
+    with open(path, "rb") as fh:
+        if fh.read(size).strip(b"\x00"):
+            return
+    log.warning("removing %s: %d of %d bytes, all zero (its creation was cut short)",
+                path, size, file_size)
+    os.unlink(path)
+    names.pop()
 
 
 class MappedFile:
@@ -39,19 +63,7 @@ class MappedFile:
         self.file_size = file_size
         self._pending_close = False
         if create:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.posix_fallocate(fd, 0, file_size)
-            except OSError as exc:
-                os.close(fd)
-                os.unlink(path)
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFullError(
-                        exc.errno, f"no space left to create {path} ({file_size} bytes); "
-                        "free disk space or lower the retention time") from exc
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                fd = self._create_by_writing(path, file_size)
+            fd = self._create(path, file_size)
         else:
             fd = os.open(path, os.O_RDWR)
             size = os.fstat(fd).st_size
@@ -65,6 +77,35 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
+
+    @staticmethod
+    def _create(path: str, file_size: int) -> int:
+        """Make the file at its full size under a temporary name, then rename it into place:
+        a process killed while creating it leaves no short file under the real name (which
+        the next start would refuse), only a ``.tmp`` that loading removes."""
+        tmp = path + TMP_SUFFIX
+        if os.path.exists(path):
+            raise FileExistsError(errno.EEXIST, f"{path} exists already")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, file_size)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(tmp)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(
+                    exc.errno, f"no space left to create {path} ({file_size} bytes); "
+                    "free disk space or lower the retention time") from exc
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            fd = MappedFile._create_by_writing(tmp, file_size)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        return fd
 
     @staticmethod
     def _create_by_writing(path: str, file_size: int) -> int:
@@ -211,7 +252,13 @@ class MappedFileQueue:
     def load(self) -> None:
         """Open the files already on disk, checking names and sizes."""
         os.makedirs(self.directory, exist_ok=True)
-        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        listed = os.listdir(self.directory)
+        for name in listed:
+            if name.endswith(TMP_SUFFIX):  # a file whose creation was cut short
+                os.unlink(os.path.join(self.directory, name))
+        names = sorted(n for n in listed if n.isdigit() and len(n) == 20)
+        if names:
+            _drop_unfinished_last(self.directory, names, self.file_size)
         files = []
         for name in names:
             start = int(name)

@@ -1,9 +1,12 @@
-"""MappedFile.zero_from: the cut of a torn tail clears every byte written past the cut, looks
-only at the parts of the file that hold data, and leaves what comes before the cut alone."""
+"""MappedFile: creation under a temporary name and what loading clears; ``zero_from``, the
+cut of a torn tail, clears every byte written past the cut, looks only at the parts of the
+file that hold data, and leaves what comes before the cut alone."""
 
 from __future__ import annotations
 
 import os
+
+import pytest
 
 from rocketq.store.mapped_file import MappedFile
 
@@ -32,3 +35,55 @@ def test_zero_from_clears_what_was_written_past_the_cut(tmp_path):
         assert bytes(f.view[10 << 20:(10 << 20) + 100]) == b"a" * 50 + bytes(50)
     finally:
         f.close()
+
+
+def test_a_creation_cut_short_is_cleared_at_load(tmp_path):
+    from rocketq.store.mapped_file import TMP_SUFFIX, MappedFileQueue, offset_to_name
+
+    directory = tmp_path / "q"
+    files = MappedFileQueue(str(directory), 1000)
+    files.create(0).append(b"x" * 10)
+    files.close()
+    # A kill while making the next file: before files were made under a temporary name, a
+    # short file of zeros under the real name; now a temporary file.
+    (directory / offset_to_name(1000)).write_bytes(b"")
+    (directory / (offset_to_name(2000) + TMP_SUFFIX)).write_bytes(b"\0" * 10)
+
+    files = MappedFileQueue(str(directory), 1000)
+    files.load()
+    try:
+        assert [f.from_offset for f in files.files] == [0]
+        assert sorted(p.name for p in directory.iterdir()) == [offset_to_name(0)]
+        assert files.create(1000).from_offset == 1000
+    finally:
+        files.close()
+
+
+def test_a_short_file_with_data_is_still_refused(tmp_path):
+    from rocketq.store.errors import StoreCorruptError
+    from rocketq.store.mapped_file import MappedFileQueue, offset_to_name
+
+    directory = tmp_path / "q"
+    directory.mkdir()
+    (directory / offset_to_name(0)).write_bytes(b"data" * 10)
+
+    with pytest.raises(StoreCorruptError, match="40 bytes, expected 1000"):
+        MappedFileQueue(str(directory), 1000).load()
+
+
+def test_files_are_made_under_a_temporary_name(tmp_path, monkeypatch):
+    from rocketq.store import mapped_file
+
+    seen = []
+    real = os.posix_fallocate
+
+    def watch(fd, offset, size):
+        seen.append(sorted(os.listdir(tmp_path / "q")))
+        return real(fd, offset, size)
+
+    monkeypatch.setattr(mapped_file.os, "posix_fallocate", watch)
+    files = mapped_file.MappedFileQueue(str(tmp_path / "q"), 1000)
+    files.create(0)
+    files.close()
+    assert seen == [[mapped_file.offset_to_name(0) + mapped_file.TMP_SUFFIX]]
+    assert os.listdir(tmp_path / "q") == [mapped_file.offset_to_name(0)]
