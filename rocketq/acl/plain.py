@@ -20,7 +20,9 @@ name that account, is trusted as RocketMQ trusts it: its requests need no valid 
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,8 +30,17 @@ from typing import Any
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 _PERMS = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
-#: RocketMQ refuses shorter keys (PlainPermissionManager.checkPlainAccessConfig).
-MIN_KEY_LENGTH = 6
+#: RocketMQ refuses an accessKey or secretKey of 6 characters or fewer
+#: (PlainPermissionManager.checkPlainAccessConfig: ``length() <= ACCESS_KEY_MIN_LENGTH``, 6).
+MIN_KEY_LENGTH = 7
+#: The keys RocketMQ reads from the file (AclConstants); dataVersion is what its
+#: updateAclConfig writes back.
+FILE_KEYS = ("globalWhiteRemoteAddresses", "accounts", "dataVersion")
+#: The keys RocketMQ reads from each account (PlainAccessConfig).
+ACCOUNT_KEYS = ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
+                "defaultGroupPerm", "topicPerms", "groupPerms")
+
+log = logging.getLogger("rocketq.acl")
 
 
 class AclConfigError(ValueError):
@@ -157,6 +168,8 @@ class PlainAcl:
 
     global_white: list[AddressPattern]
     accounts: dict[str, Account]
+    #: One line per key the file has that RocketMQ does not read (logged when parsed).
+    warnings: list[str] = field(default_factory=list)
 
     def first_admin(self) -> Account | None:
         return next((a for a in self.accounts.values() if a.admin), None)
@@ -194,6 +207,8 @@ def parse_plain_acl(data: Mapping[str, Any] | None, source: str = "plain_acl.yml
         global_white = [AddressPattern(str(w)) for w in white if w is not None]
     except AclConfigError as exc:
         raise AclConfigError(f"{source}: globalWhiteRemoteAddresses: {exc}") from None
+    warnings: list[str] = []
+    _warn_unknown_keys(data, FILE_KEYS, source, warnings)
     accounts: dict[str, Account] = {}
     for i, raw in enumerate(data.get("accounts") or []):
         where = f"{source}: accounts[{i}]"
@@ -201,9 +216,17 @@ def parse_plain_acl(data: Mapping[str, Any] | None, source: str = "plain_acl.yml
             raise AclConfigError(f"{where} is not a mapping")
         ak = str(raw.get("accessKey") or "")
         sk = str(raw.get("secretKey") or "")
-        if len(ak) < MIN_KEY_LENGTH or len(sk) < MIN_KEY_LENGTH:
-            raise AclConfigError(f"{where}: accessKey and secretKey must be at least "
-                                 f"{MIN_KEY_LENGTH} characters")
+        # Before the checks below: a misspelt accessKey is then explained as well as refused.
+        _warn_unknown_keys(raw, ACCOUNT_KEYS, f"accounts[{i}] of {source}", warnings)
+        if len(ak) < MIN_KEY_LENGTH:
+            raise AclConfigError(
+                f"{where}: accessKey {ak!r} has {len(ak)} characters; RocketMQ requires "
+                f"accessKey and secretKey longer than {MIN_KEY_LENGTH - 1} characters")
+        if len(sk) < MIN_KEY_LENGTH:  # the secret itself is not shown
+            raise AclConfigError(
+                f"{where}: the secretKey of accessKey {ak!r} has {len(sk)} characters; "
+                f"RocketMQ requires accessKey and secretKey longer than "
+                f"{MIN_KEY_LENGTH - 1} characters")
         if ak in accounts:
             raise AclConfigError(f"{where}: accessKey {ak!r} is listed twice")
         try:
@@ -215,7 +238,24 @@ def parse_plain_acl(data: Mapping[str, Any] | None, source: str = "plain_acl.yml
             parse_perm(raw.get("defaultTopicPerm")), parse_perm(raw.get("defaultGroupPerm")),
             _resource_perms(raw.get("topicPerms"), "topic", where),
             _resource_perms(raw.get("groupPerms"), "group", where))
-    return PlainAcl(global_white, accounts)
+    return PlainAcl(global_white, accounts, warnings)
+
+
+def _warn_unknown_keys(entry: Mapping[Any, Any], known: tuple[str, ...], where: str,
+                       warnings: list[str]) -> None:
+    """Log (and add to ``warnings``) a line for each key of ``entry`` that is not one of
+    ``known``, with the nearest known key, compared without regard to case: such a key is
+    ignored, so a misspelt ``defaultTopicPerm`` would leave the account at DENY with nobody
+    told why."""
+    by_lower = {k.lower(): k for k in known}
+    for key in entry:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(str(key).lower(), list(by_lower), n=1, cutoff=0.75)
+        hint = f": did you mean {by_lower[near[0]]}?" if near else ""
+        line = f"unknown key {key} in {where}, ignored{hint}"
+        log.warning("%s", line)
+        warnings.append(line)
 
 
 def load_plain_acl(path: str | os.PathLike[str]) -> PlainAcl:

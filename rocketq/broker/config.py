@@ -4,13 +4,21 @@ one file configures both (``load_broker_conf``)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..protocol import JAVA_INT_MAX, Perm
-from ..store.config import MessageStoreConfig, _convert, read_properties
+from ..store.config import (
+    RENAMED_KEYS,
+    MessageStoreConfig,
+    _convert,
+    read_properties,
+    with_renamed_keys,
+)
 from .files import write_atomically
 
 
@@ -76,6 +84,9 @@ class BrokerConfig:
     tlsMode: str = "disabled"
     #: RocketMQ's ``tls.*`` keys as given (``tls.server.certPath``, ``tls.client.*``, ...).
     tls: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The file's keys that are not rocketq's, as given: RocketMQ settings rocketq has no use
+    #: for, old spellings (``RENAMED_KEYS``, read under their new name too) and typos.
+    #: ``unknown_key_warnings`` tells them apart for the report at start.
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -91,8 +102,11 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
                      **overrides: Any) -> tuple[BrokerConfig, MessageStoreConfig]:
     """Split a ``broker.conf`` (a path or a dict of keys) into broker and store settings.
 
-    Keys neither knows are kept in ``BrokerConfig.unknown``. ``overrides`` (for instance from
-    command-line flags) win over the file.
+    Keys neither knows are kept in ``BrokerConfig.unknown`` (``unknown_key_warnings`` says
+    what each is); an old spelling of ``RENAMED_KEYS`` is read under its new name as well.
+    ``overrides`` (for instance from command-line flags) win over the file. A value of the
+    wrong type or out of its choices raises ValueError naming the key (and the file, when
+    ``values`` is a path), so that no broker starts on a setting nobody chose.
     """
     if values is None:
         raw: dict[str, Any] = {}
@@ -101,6 +115,17 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     else:
         raw = dict(read_properties(values))
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    raw = with_renamed_keys(raw)
+    if values is not None and not isinstance(values, dict):
+        try:
+            return _split_conf(raw)
+        except ValueError as exc:
+            raise ValueError(f"{os.fspath(values)}: {exc}") from None
+    return _split_conf(raw)
+
+
+def _split_conf(raw: dict[str, Any]) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Give each key to the config that has it (both, for the keys both have)."""
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)
                      if f.name not in ("unknown", "tls")}
     store_fields = {f.name for f in dataclasses.fields(MessageStoreConfig)}
@@ -130,6 +155,49 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     store_values.setdefault("maxMessageSize", broker.maxMessageSize)
     store = MessageStoreConfig.from_dict(store_values)
     return broker, store
+
+
+def rocketq_keys() -> set[str]:
+    """Every ``broker.conf`` key rocketq reads (``tls.*`` aside)."""
+    return set(_field_types())
+
+
+def unknown_key_warnings(unknown: Mapping[str, str], source: str = "broker.conf"
+                         ) -> list[str]:
+    """One line per key of ``BrokerConfig.unknown``, in the file's order, saying what the key
+    is: an old spelling read under its new name, a RocketMQ setting rocketq has no use for,
+    or a key nobody knows (a typo, most likely), with the nearest known key.
+
+    RocketMQ itself skips keys it does not know without a word, so a misspelt key silently
+    leaves its default in force (a 1 GiB CommitLog file on a small disk, say); the broker
+    logs these lines at start so that such a file is noticed."""
+    ours = rocketq_keys()
+    lines = []
+    for key in unknown:
+        if key in RENAMED_KEYS:
+            new = RENAMED_KEYS[key]
+            lines.append(f"key {key} in {source} is the old spelling of {new} (RocketMQ 4.5.1 "
+                         f"and older); read as {new}, unless {new} is given too: rename it")
+        elif key in ROCKETMQ_KEYS:
+            lines.append(f"key {key} in {source} is a RocketMQ setting not used by rocketq; "
+                         "ignored")
+        else:
+            near = nearest_key(key, ours | ROCKETMQ_KEYS)
+            if near is None:
+                lines.append(f"unknown key {key} in {source}, ignored")
+            else:
+                unused = "" if near in ours else " (a RocketMQ setting not used by rocketq)"
+                lines.append(f"unknown key {key} in {source}, ignored: did you mean "
+                             f"{near}{unused}?")
+    return lines
+
+
+def nearest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key most like ``key``, compared without regard to case (``listenport``
+    finds ``listenPort``), or None when none is close."""
+    by_lower = {k.lower(): k for k in known}
+    matches = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
+    return by_lower[matches[0]] if matches else None
 
 
 # ====================================================================== runtime changes
@@ -209,7 +277,11 @@ def check_settings(values: dict[str, str]) -> dict[str, Any]:
     types = _field_types()
     unknown = sorted(k for k in values if k not in types)
     if unknown:
-        raise ConfigUpdateError(f"unknown config key(s): {', '.join(unknown)}")
+        named = []
+        for key in unknown:
+            near = nearest_key(key, types)
+            named.append(f"{key} (did you mean {near}?)" if near else key)
+        raise ConfigUpdateError(f"unknown config key(s): {', '.join(named)}")
     static = sorted(k for k in values if k not in RUNTIME_KEYS)
     if static:
         raise ConfigUpdateError(
@@ -351,3 +423,144 @@ def _unescape_until(line: str, pos: int, *, separators: bool) -> tuple[str, int]
             out.append(ch)
         pos += 1
     return "".join(out), pos
+
+
+#: Every key RocketMQ's broker reads from ``broker.conf``: the setters of the classes its
+#: BrokerStartup fills from the file (BrokerConfig, BrokerIdentity, NettyServerConfig,
+#: NettyClientConfig, MessageStoreConfig, AuthConfig) in RocketMQ 4.9.4 and 5.3.3. A key here
+#: that rocketq does not read is reported as unused; any other unknown key as a likely typo.
+ROCKETMQ_KEYS: frozenset[str] = frozenset("""
+    accessMessageInMemoryHotRatio accessMessageInMemoryMaxRatio accountStatsEnable
+    accountStatsPrintZeroValues ackMessageThreadPoolNums ackThreadPoolQueueCapacity
+    aclCacheExpiredSecond aclCacheMaxNum aclCacheRefreshSecond aclEnable
+    adminBrokerThreadPoolNums adminBrokerThreadPoolQueueCapacity allAckInSyncStateSet
+    allowRecallWhenBrokerNotWriteable appendAckAsync appendCkAsync asyncLearner asyncSendEnable
+    authConfigPath authenticationEnabled authenticationMetadataProvider authenticationProvider
+    authenticationStrategy authenticationWhitelist authorizationEnabled
+    authorizationMetadataProvider authorizationProvider authorizationStrategy
+    authorizationWhitelist autoCreateSubscriptionGroup autoCreateTopicEnable
+    autoDeleteUnusedStats autoMessageVersionOnTopicLen batchDispatchRequestThreadPoolNums
+    bindAddress bitMapLengthConsumeQueueExt bottomMostCompressionTypeForConsumeQueueStore
+    broadcastOffsetExpireMaxSecond broadcastOffsetExpireSecond brokerClusterName
+    brokerConfigPath brokerElectionPriority brokerFastFailureEnable brokerHeartbeatInterval
+    brokerIP1 brokerIP2 brokerId brokerName brokerNotActiveTimeoutMillis brokerPermission
+    brokerRole brokerTopicEnable cgColdReadThreshold channelExpiredTimeout
+    channelNotActiveInterval checkCRCOnRecover checkSyncStateSetPeriod cleanFileForciblyEnable
+    cleanOfflineBrokerInterval cleanResourceInterval cleanRocksDBDirtyCQIntervalMin
+    cleanSwapedMapInterval clearRetryTopicWhenDeleteTopic clientAsyncSemaphoreValue
+    clientCallbackExecutorThreads clientChannelMaxIdleTimeSeconds clientCloseSocketIfTimeout
+    clientManageThreadPoolNums clientManagerThreadPoolQueueCapacity clientOnewaySemaphoreValue
+    clientPooledByteBufAllocatorEnable clientSocketRcvBufSize clientSocketSndBufSize
+    clientWorkerThreads clusterName clusterTopicEnable coldCtrStrategyEnable
+    coldDataFlowControlEnable coldDataScanEnable commercialBaseCount commercialBigCount
+    commercialEnable commercialSizePerMsg commercialTimerCount commercialTransCount
+    commitCommitLogLeastPages commitCommitLogThoroughInterval commitIntervalCommitLog
+    commitLogForceSwapMapInterval commitLogSwapMapInterval commitLogSwapMapReserveFileNum
+    compactionCqMappedFileSize compactionMappedFileSize compactionScheduleInternal
+    compactionThreadNum compatibleWithOldNameSrv compressedRegister configBlackList
+    configManagerVersion configName connectTimeoutMillis consumerFallbehindThreshold
+    consumerManageThreadPoolNums consumerManagerThreadPoolQueueCapacity
+    consumerOffsetUpdateVersionStep controllerAddr controllerHeartBeatTimeoutMills
+    correctLogicMinOffsetForceInterval correctLogicMinOffsetSleepInterval dLegerGroup
+    dLegerPeers dLegerSelfId dataReadAheadEnable debugLockEnable defaultMessageRequestMode
+    defaultPopShareQueueNum defaultQueryMaxNum defaultTopicQueueNums
+    delayOffsetUpdateVersionStep deleteCommitLogFilesInterval deleteConsumeQueueFilesInterval
+    deleteFileBatchMax deleteWhen destroyMapedFileIntervalForcibly disableCallbackExecutor
+    disableConsumeIfConsumerReadSlowly disableNettyWorkerGroup disappearTimeAfterStart
+    diskFallRecorded diskMaxUsedSpaceRatio diskSpaceCleanForciblyRatio
+    diskSpaceWarningLevelRatio dispatchCqCacheNum dispatchCqThreads dispatchFromSenderThread
+    duplicationEnable enableAsyncReput enableAutoInSyncReplicas enableBatchPush
+    enableBroadcastOffsetStore enableBuildConsumeQueueConcurrently enableCalcFilterBitMap
+    enableCleanExpiredOffset enableCompaction enableConsumeQueueExt enableControllerMode
+    enableCreateSysGroup enableDLegerCommitLog enableDetailStat enableFastChannelEventProcess
+    enableLmq enableLmqStats enableMixedMessageType enableMultiDispatch
+    enableNetWorkFlowControl enableNotifyAfterPopOrderLockRelease
+    enableNotifyBeforePopCalculateLag enablePopBatchAck enablePopBufferMerge enablePopLog
+    enablePopMessageThreshold enablePropertyFilter enableReconnectForGoAway
+    enableRegisterProducer enableRemoteEscape enableRetryTopicV2 enableRocksDBLog
+    enableScheduleAsyncDeliver enableScheduleMessageStats enableShutdownGracefully
+    enableSingleTopicRegister enableSkipLongAwaitingAck enableSlaveActingMaster
+    enableSplitRegistration enabledAppendPropCRC endTransactionPoolQueueCapacity
+    endTransactionThreadPoolNums estimateAccumulation expectConsumerNumUseFilter
+    fastFailIfNoBufferInStorePool fetchControllerAddrByDnsLookup fetchNameSrvAddrByDnsLookup
+    fetchNamesrvAddrByAddressServer fetchNamesrvAddrInterval fileReservedTime
+    filterDataCleanTimeSpan filterServerNums filterSupportRetry flushCommitLogLeastPages
+    flushCommitLogThoroughInterval flushCommitLogTimed flushConsumeQueueLeastPages
+    flushConsumeQueueThoroughInterval flushConsumerOffsetHistoryInterval
+    flushConsumerOffsetInterval flushDelayOffsetInterval flushDiskType flushIntervalCommitLog
+    flushIntervalConsumeQueue flushLeastPagesWhenWarmMapedFile forceRegister forceVerifyPropCRC
+    forwardTimeout globalColdReadThreshold haFlowControlEnable haHousekeepingInterval
+    haListenPort haMasterAddress haMaxGapNotInSync haMaxTimeSlaveNotCatchup
+    haSendHeartbeatInterval haSlaveFallbehindMax haTransferBatchSize heartbeatThreadPoolNums
+    heartbeatThreadPoolQueueCapacity highSpeedMode inBrokerContainer inSyncReplicas
+    initAuthenticationUser initPopOffsetByCheckMsgInMem innerClientAuthenticationCredentials
+    isolateLogEnable listenPort litePullMessageEnable litePullMessageThreadPoolNums
+    litePullThreadPoolQueueCapacity loadBalancePollNameServerInterval
+    loadBalanceProcessorThreadPoolNums loadBalanceThreadPoolQueueCapacity lockInStrictMode
+    logicQueueForceSwapMapInterval logicQueueSwapMapInterval logicQueueSwapMapReserveFileNum
+    logicalDiskSpaceCleanForciblyThreshold longPollingEnable mappedFileSizeCommitLog
+    mappedFileSizeConsumeQueue mappedFileSizeConsumeQueueExt mappedFileSizeTimerLog
+    mappedFileSwapEnable mapperFileSizeBatchConsumeQueue maxAsyncPutMessageRequests
+    maxBatchDeleteFilesNum maxChecksumRange maxConsumeQueueScan maxDelayTime
+    maxErrorRateOfBloomFilter maxFilterMessageSize maxHaTransferByteInSecond maxHashSlotNum
+    maxIndexNum maxLmqConsumeQueueNum maxMessageSize maxMsgsNumBatch maxOffsetMapSize
+    maxPopPollingSize maxReconnectIntervalTimeSeconds maxRecoveryCommitlogFiles
+    maxSlaveResendLength maxStatsIdleTimeInMinutes maxTopicLength
+    maxTransferBytesOnMessageInDisk maxTransferBytesOnMessageInMemory
+    maxTransferCountOnMessageInDisk maxTransferCountOnMessageInMemory memTableFlushIntervalMs
+    messageDelayLevel messageIndexEnable messageIndexSafe messageStorePlugIn
+    metricGrpcExporterIntervalInMills metricGrpcExporterTimeOutInMills
+    metricLoggingExporterIntervalInMills metricsExporterType metricsGrpcExporterHeader
+    metricsGrpcExporterTarget metricsInDelta metricsLabel metricsOtelCardinalityLimit
+    metricsPromExporterHost metricsPromExporterPort migrateAuthFromV1Enabled minInSyncReplicas
+    msgTraceTopicName namesrvAddr notifyConsumerIdsChangedEnable offsetCheckInSlave
+    osPageCacheBusyTimeOutMills popCkMaxBufferSize popCkOffsetMaxQueueSize popCkStayBufferTime
+    popCkStayBufferTimeOut popConsumerFSServiceInit popConsumerKVServiceEnable
+    popConsumerKVServiceInit popConsumerKVServiceLog popFromRetryProbability
+    popInflightMessageThreshold popLongPollingForceNotifyInterval popPollingMapSize
+    popPollingSize popResponseReturnActualRetryTopic popReviveMaxAttemptTimes
+    popReviveMaxReturnSizePerRead preferredLeaderId printChannelGroups printChannelGroupsMinNum
+    processReplyMessageThreadPoolNums pullBatchMaxMessageCount pullMessageThreadPoolNums
+    pullThreadPoolQueueCapacity putConsumeQueueDataByFileChannel putMessageFutureThreadPoolNums
+    putMessageTimeout putMsgIndexHightWater putThreadPoolQueueCapacity
+    queryMessageThreadPoolNums queryThreadPoolQueueCapacity readOnlyCommitLogStorePaths
+    readUnCommitted realTimeNotifyConsumerChange realTimePersistRocksDBConfig
+    recallMessageEnable recheckReputOffsetFromCq recoverConcurrently recoverThreadPoolNums
+    redeleteHangedFileInterval regionId registerBrokerTimeoutMills registerNameServerPeriod
+    rejectPullConsumerEnable rejectTransactionMessage replicasPerDiskPartition
+    replyThreadPoolQueueCapacity retrieveMessageFromPopRetryTopicV1 reviveAckWaitMs
+    reviveInterval reviveMaxSlow reviveQueueNum reviveScanTime rocketmqHome
+    rocksdbCQDoubleWriteEnable rocksdbCompressionType rocksdbFlushWalFrequency
+    rocksdbWalFileRollingThreshold sampleCountThreshold sampleSteps scanAvailableNameSrv
+    scheduleAsyncDeliverMaxPendingLimit scheduleAsyncDeliverMaxResendNum2Blocked
+    searchBcqByCacheEnable sendHeartbeatTimeoutMillis sendMessageThreadPoolNums
+    sendThreadPoolQueueCapacity serverAsyncSemaphoreValue serverCallbackExecutorThreads
+    serverChannelMaxIdleTimeSeconds serverLoadBalancerEnable serverNettyWorkerGroupEnable
+    serverOnewaySemaphoreValue serverPooledByteBufAllocatorEnable serverSelectorThreads
+    serverSocketBacklog serverSocketRcvBufSize serverSocketSndBufSize serverWorkerThreads
+    shortPollingTimeMills shutdownWaitTimeSeconds skipPreOnline skipWhenCKRePutReachMaxTimes
+    slaveReadEnable slaveTimeout socksProxyConfig spinLockCollisionRetreatOptimalDegree
+    splitRegistrationSize startAcceptSendRequestTimeStamp statRocksDBCQIntervalSec
+    statefulAuthenticationCacheExpiredSecond statefulAuthenticationCacheMaxNum
+    statefulAuthorizationCacheExpiredSecond statefulAuthorizationCacheMaxNum
+    storePathBrokerIdentity storePathCommitLog storePathDLedgerCommitLog storePathEpochFile
+    storePathRootDir storeReplyMessageEnable storeType subscriptionExpiredTimeout
+    syncBrokerMemberGroupPeriod syncBrokerMetadataPeriod syncControllerMetadataPeriod
+    syncFlushTimeout syncFromLastFile syncMasterFlushOffsetWhenStartup
+    timerColdDataCheckIntervalMs timerCongestNumEachSlot timerEnableCheckMetrics
+    timerEnableRetryUntilSuccess timerFlushIntervalMs timerGetMessageThreadNum
+    timerInterceptDelayLevel timerMaxDelaySec timerMetricSmallThreshold timerPrecisionMs
+    timerProgressLogIntervalMs timerPutMessageThreadNum timerRollWindowSlot
+    timerSkipUnknownError timerStopEnqueue timerWheelEnable topicQueueLockNum totalReplicas
+    traceOn traceTopicEnable transactionCheckInterval transactionCheckMax
+    transactionMetricFlushInterval transactionOpBatchInterval transactionOpMsgMaxSize
+    transactionTimeOut transferMsgByHeap transientStorePoolEnable transientStorePoolSize
+    travelCqFileNumWhenGetMessage updateNameServerAddrPeriod useABSLock useEpollNativeSelector
+    usePIDColdCtrStrategy useReentrantLockWhenPutMessage useServerSideResetOffset
+    useStaticSubscription useTLS userCacheExpiredSecond userCacheMaxNum userCacheRefreshSecond
+    validateSystemTopicWhenUpdateTopic waitTimeMillsInAckQueue waitTimeMillsInAdminBrokerQueue
+    waitTimeMillsInHeartbeatQueue waitTimeMillsInLitePullQueue waitTimeMillsInPullQueue
+    waitTimeMillsInSendQueue waitTimeMillsInTransactionQueue wakeCommitWhenPutMessage
+    wakeFlushWhenPutMessage warmMapedFileEnable writeBufferHighWaterMark
+    writeBufferLowWaterMark
+""".split())

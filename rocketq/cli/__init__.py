@@ -56,6 +56,15 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _report_unknown_keys(args: argparse.Namespace, unknown: dict[str, str]) -> None:
+    """Warn once for each key of the broker.conf that rocketq does not read, naming what it
+    is or the nearest known key, so that a misspelt setting does not pass unnoticed."""
+    from ..broker.config import unknown_key_warnings
+
+    for line in unknown_key_warnings(unknown, args.config or "broker.conf"):
+        log.warning("%s", line)
+
+
 def _namesrv_security(args: argparse.Namespace) -> dict[str, Any]:
     """A NameServer's ACL file and TLS settings from ``--acl-file`` and ``--tls-config``."""
     from ..remoting import TlsSettings
@@ -114,8 +123,7 @@ async def _run_broker(args: argparse.Namespace) -> None:
 
     stop = _stop_on_signal()
     broker = Broker(*load_broker_conf(args.config, **_broker_overrides(args)))
-    for key in broker.config.unknown:
-        log.warning("broker.conf key %r is not used by rocketq", key)
+    _report_unknown_keys(args, broker.config.unknown)
     await broker.start()
     print(f"Broker {broker.config.brokerName} listening on {broker.address} "
           f"(NameServer {broker.config.namesrvAddr})", flush=True)
@@ -134,6 +142,7 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     if args.slaves:
         overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
     config, store_config = load_broker_conf(args.config, **overrides)
+    _report_unknown_keys(args, config.unknown)  # once: the slaves read the same file
     # The NameServer shares the broker's accounts and TLS settings.
     ns = NameServer(args.host, args.namesrv_port, tls=tls_settings(config), acl_file=acl_file(
         config, os.path.join(store_config.storePathRootDir, "config"))

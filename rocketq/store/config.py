@@ -18,6 +18,14 @@ ASYNC_MASTER = "ASYNC_MASTER"
 SYNC_MASTER = "SYNC_MASTER"
 SLAVE = "SLAVE"
 
+#: Keys RocketMQ renamed, old spelling to new: RocketMQ up to 4.5.1 read ``maped...`` (its
+#: MessageStoreConfig misspelt them until the 4.5.2 rename), so older ``broker.conf`` files
+#: still carry them. They are read under the new name unless that is given too.
+RENAMED_KEYS: dict[str, str] = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
 
 @dataclass
 class MessageStoreConfig:
@@ -145,10 +153,14 @@ class MessageStoreConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> MessageStoreConfig:
-        """Build a config from string or typed values; unknown keys land in ``unknown``."""
+        """Build a config from string or typed values; unknown keys land in ``unknown``.
+
+        An old spelling of ``RENAMED_KEYS`` stays in ``unknown`` (for the start's report) and
+        is read under its new name, unless that name is given as well."""
         known = {f.name: f for f in dataclasses.fields(cls) if f.name != "unknown"}
         kwargs: dict[str, Any] = {}
         unknown: dict[str, str] = {}
+        values = with_renamed_keys(values)
         for key, value in values.items():
             f = known.get(key)
             if f is None:
@@ -166,6 +178,16 @@ class MessageStoreConfig:
         values: dict[str, Any] = read_properties(path)
         values.update(overrides)
         return cls.from_dict(values)
+
+
+def with_renamed_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` plus, for each old spelling of ``RENAMED_KEYS`` given without its new name,
+    the value under the new name."""
+    out = dict(values)
+    for old, new in RENAMED_KEYS.items():
+        if old in out and new not in out:
+            out[new] = out[old]
+    return out
 
 
 def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:

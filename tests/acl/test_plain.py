@@ -58,13 +58,63 @@ def test_the_file_is_checked_and_names_the_faulty_entry():
     admin = acl.first_admin()
     assert admin is not None and admin.perm("anything", False) is None  # no rules: all
     assert acl.global_white[0].matches("10.10.103.4")
-    with pytest.raises(AclConfigError, match=r"accounts\[0\].*at least 6"):
+    with pytest.raises(AclConfigError, match=r"accounts\[0\].*longer than 6"):
         parse_plain_acl({"accounts": [{"accessKey": "ab", "secretKey": "12345678"}]})
     with pytest.raises(AclConfigError, match=r"accounts\[1\].*listed twice"):
-        parse_plain_acl({"accounts": [{"accessKey": "abcdef", "secretKey": "12345678"}] * 2})
+        parse_plain_acl({"accounts": [{"accessKey": "abcdefg", "secretKey": "12345678"}] * 2})
     with pytest.raises(AclConfigError, match="cannot parse topic permission 'topicA'"):
-        parse_plain_acl({"accounts": [{"accessKey": "abcdef", "secretKey": "12345678",
+        parse_plain_acl({"accounts": [{"accessKey": "abcdefg", "secretKey": "12345678",
                                        "topicPerms": ["topicA"]}]})
+
+
+@pytest.mark.parametrize("access_key, secret_key, says", [
+    ("abcdef", "1234567", "accessKey 'abcdef' has 6 characters"),
+    ("abcdefg", "123456", "the secretKey of accessKey 'abcdefg' has 6 characters"),
+    ("", "1234567", "accessKey '' has 0 characters"),
+    ("abcdefg", None, "the secretKey of accessKey 'abcdefg' has 0 characters"),
+])
+def test_keys_of_six_characters_or_fewer_are_refused_as_rocketmq_refuses_them(
+        access_key, secret_key, says):
+    """PlainPermissionManager.checkPlainAccessConfig: ``length() <= 6`` is refused."""
+    with pytest.raises(AclConfigError) as caught:
+        parse_plain_acl({"accounts": [{"accessKey": access_key, "secretKey": secret_key}]})
+    message = str(caught.value)
+    assert says in message and "longer than 6 characters" in message
+    assert "123456" not in message  # a secret is never shown
+
+
+def test_keys_of_seven_characters_are_accepted():
+    acl = parse_plain_acl({"accounts": [{"accessKey": "abcdefg", "secretKey": "1234567"}]})
+    assert acl.accounts["abcdefg"].secret_key == "1234567"
+
+
+def test_unknown_keys_are_warned_about_with_the_nearest_known_one(caplog):
+    with caplog.at_level("WARNING", logger="rocketq.acl"):
+        acl = parse_plain_acl({
+            "globalWhiteRemoteAdresses": ["10.0.0.*"],
+            "dataVersion": [{"counter": 1, "timestamp": 0}],  # RocketMQ writes it back
+            "accounts": [{"accessKey": "abcdefg", "secretKey": "1234567",
+                          "defaultTopicPem": "PUB", "Admin": True, "colour": "blue"}]},
+            "conf/plain_acl.yml")
+    assert acl.warnings == [
+        "unknown key globalWhiteRemoteAdresses in conf/plain_acl.yml, ignored: did you mean "
+        "globalWhiteRemoteAddresses?",
+        "unknown key defaultTopicPem in accounts[0] of conf/plain_acl.yml, ignored: did you "
+        "mean defaultTopicPerm?",
+        "unknown key Admin in accounts[0] of conf/plain_acl.yml, ignored: did you mean admin?",
+        "unknown key colour in accounts[0] of conf/plain_acl.yml, ignored"]
+    assert [r.getMessage() for r in caplog.records] == acl.warnings
+    # Ignored, as RocketMQ ignores them: the account keeps its defaults.
+    assert acl.accounts["abcdefg"].default_topic_perm == DENY
+    assert not acl.accounts["abcdefg"].admin and not acl.global_white
+
+
+def test_a_misspelt_access_key_is_explained_before_it_is_refused(caplog):
+    with caplog.at_level("WARNING", logger="rocketq.acl"), \
+            pytest.raises(AclConfigError, match="accessKey '' has 0 characters"):
+        parse_plain_acl({"accounts": [{"AccessKey": "abcdefg", "secretKey": "1234567"}]})
+    assert "unknown key AccessKey in accounts[0] of plain_acl.yml, ignored: did you mean " \
+           "accessKey?" in caplog.text
 
 
 def test_the_signature_is_hmac_sha1_over_sorted_values_then_body():

@@ -284,3 +284,79 @@ def test_a_broker_config_alone_is_kept(tmp_path, monkeypatch):
     assert broker.store_config.storePathRootDir == str(tmp_path / "store")
     assert broker.topics.get("TBW102") is None  # autoCreateTopicEnable=false was kept
     assert broker.topics.get("C2") is not None
+
+
+# ====================================================================== keys at start
+def test_rocketmqs_old_spelling_is_read_under_the_new_name_with_a_warning(tmp_path):
+    """RocketMQ up to 4.5.1 read mapedFileSizeCommitLog; such a file used to leave the 1 GiB
+    default in force without a word."""
+    from rocketq.broker.config import unknown_key_warnings
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mapedFileSizeCommitLog=1048576\nmapedFileSizeConsumeQueue=6000\n")
+    config, store = load_broker_conf(conf)
+    assert store.mappedFileSizeCommitLog == 1048576
+    assert store.mappedFileSizeConsumeQueue == 6000
+    lines = unknown_key_warnings(config.unknown, str(conf))
+    assert len(lines) == 2
+    assert "mapedFileSizeCommitLog" in lines[0] and "read as mappedFileSizeCommitLog" in lines[0]
+    assert str(conf) in lines[0]
+    assert "read as mappedFileSizeConsumeQueue" in lines[1]
+    # The new spelling wins over the old one, from the file or from an override.
+    conf.write_text("mapedFileSizeCommitLog=1048576\nmappedFileSizeCommitLog=2097152\n")
+    assert load_broker_conf(conf)[1].mappedFileSizeCommitLog == 2097152
+    conf.write_text("mapedFileSizeCommitLog=1048576\n")
+    assert load_broker_conf(conf, mappedFileSizeCommitLog=4194304)[1] \
+        .mappedFileSizeCommitLog == 4194304
+
+
+@pytest.mark.parametrize("key, says", [
+    ("mappedFileSizeComitLog", "unknown key mappedFileSizeComitLog in {conf}, ignored: "
+                               "did you mean mappedFileSizeCommitLog?"),
+    ("listenport", "did you mean listenPort?"),  # case is not ignored, but suggested
+    ("autoCreateTopicEnabled", "did you mean autoCreateTopicEnable?"),
+    ("transientStorePoolEnabel", "did you mean transientStorePoolEnable (a RocketMQ setting "
+                                 "not used by rocketq)?"),
+    ("transientStorePoolEnable", "key transientStorePoolEnable in {conf} is a RocketMQ setting "
+                                 "not used by rocketq; ignored"),
+    ("xyzzy", "unknown key xyzzy in {conf}, ignored"),
+])
+def test_each_unknown_key_is_named_with_the_nearest_known_one(tmp_path, key, says):
+    from rocketq.broker.config import unknown_key_warnings
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=b1\n{key}=1\n")
+    config, _ = load_broker_conf(conf)
+    assert config.unknown == {key: "1"}
+    [line] = unknown_key_warnings(config.unknown, str(conf))
+    assert says.format(conf=conf) in line
+    assert ("did you mean" in line) == ("did you mean" in says)
+
+
+@pytest.mark.parametrize("line, named", [
+    ("listenPort=abc", ["listenPort", "'abc'", "integer"]),
+    ("mappedFileSizeCommitLog=1g", ["mappedFileSizeCommitLog", "'1g'", "integer"]),
+    ("mapedFileSizeCommitLog=1g", ["mappedFileSizeCommitLog", "'1g'", "integer"]),
+    ("autoCreateTopicEnable=maybe", ["autoCreateTopicEnable", "'maybe'", "true or false"]),
+    ("flushDiskType=FOO", ["flushDiskType", "'FOO'", "ASYNC_FLUSH or SYNC_FLUSH"]),
+    ("brokerRole=LEADER", ["brokerRole", "'LEADER'", "SLAVE"]),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_file_key_and_value(tmp_path, line, named):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=b1\n{line}\n")
+    with pytest.raises(ValueError) as caught:
+        load_broker_conf(conf)
+    message = str(caught.value)
+    assert message.startswith(f"{conf}: ")
+    assert "\n" not in message
+    for part in named:
+        assert part in message
+
+
+def test_an_unknown_key_in_a_change_is_answered_with_the_nearest_known_one():
+    from rocketq.broker.config import ConfigUpdateError, check_settings
+
+    with pytest.raises(ConfigUpdateError,
+                       match=r"flushConsumerOffsetIntervall \(did you mean "
+                             r"flushConsumerOffsetInterval\?\)"):
+        check_settings({"flushConsumerOffsetIntervall": "6000"})
