@@ -24,11 +24,22 @@ test-deps:
 	@command -v openssl >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
 
-# Every test runs twice: on the compiled codec, then on its pure-Python twin.
+# Every test runs on the compiled codec, spread over worker processes (most tests wait on
+# sockets, sleeps and child processes, so more workers than cores pays); then the tests of
+# what the codec reaches (frames, records, properties, batches, pull decoding, the store,
+# the broker's send and pull) run again on its pure-Python twin.
+TEST_WORKERS ?= 4
+PURE_CODEC_TESTS := tests/protocol tests/store tests/remoting/test_remoting.py \
+	tests/client/test_pulled_messages.py tests/client/test_auto_batch.py \
+	tests/client/test_producer.py tests/broker/test_broker.py \
+	tests/broker/test_send_header.py tests/broker/test_send_transforms.py \
+	tests/broker/test_processors.py tests/compat/test_java_frames.py \
+	tests/compat/test_mqadmin_frames.py
 test: $(STAMP) test-deps
 	$(BIN)/ruff check rocketq tests benchmarks examples
-	$(BIN)/python -m pytest -q
-	ROCKETQ_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	ROCKETQ_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+		$(PURE_CODEC_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check rocketq tests benchmarks examples

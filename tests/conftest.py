@@ -99,3 +99,13 @@ def fetch_route(namesrv: str, topic: str):
             await instance.remoting.close()
 
     return run(ask())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), tests that share a process-wide resource run
+    on one worker: the Spark tests share one SparkSession (a JVM that each worker would start
+    again), the compat tests the client environments they install into one cache."""
+    for item in items:
+        parts = item.nodeid.split("/")
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in ("spark", "compat"):
+            item.add_marker(pytest.mark.xdist_group(parts[1]))
