@@ -38,6 +38,9 @@ log = logging.getLogger("rocketq.client")
 FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
               "timestamp": "CONSUME_FROM_TIMESTAMP"}
 MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
+#: Seconds before a rebalance looks again for a subscribed topic without a route (doubling
+#: up to the rebalance interval).
+MISSING_ROUTE_RETRY = 1.0
 
 
 def pull_request(group: str, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription,
@@ -186,26 +189,41 @@ class GroupConsumer:
 
     async def _rebalance_loop(self) -> None:
         assert self._rebalance_now is not None
+        # While a subscribed topic has no route (a topic created after the consumer started,
+        # or the group's retry topic, which the broker creates at the first heartbeat and
+        # registers a moment later), look again after a second, then two, ... rather than
+        # after the whole interval: its first messages would otherwise wait 20 s.
+        wait_missing = MISSING_ROUTE_RETRY
         while self.running:
+            missing = False
             try:
                 if self.rebalancing:
-                    await self.rebalance()
+                    missing = await self.rebalance()
             except Exception:
                 log.exception("rebalance of group %s failed", self.group)
+            if missing:
+                timeout = min(wait_missing, self.rebalance_interval)
+                wait_missing *= 2
+            else:
+                timeout, wait_missing = self.rebalance_interval, MISSING_ROUTE_RETRY
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.rebalance_interval):
+                async with asyncio.timeout(timeout):
                     await self._rebalance_now.wait()
             self._rebalance_now.clear()
 
-    async def rebalance(self) -> None:
-        """Work out which queues this member owns now, and start or stop their pulls."""
+    async def rebalance(self) -> bool:
+        """Work out which queues this member owns now, and start or stop their pulls.
+        Returns whether a subscribed topic had no route (its queues are not known yet)."""
+        missing = False
         for topic in self._all_subscriptions():
             try:
                 route = await self.instance.route(topic)
             except (ClientError, RemotingError, OSError) as exc:
                 log.info("rebalance: no route for %s: %s", topic, exc)
+                missing = True
                 continue
             if route is None:
+                missing = True
                 continue
             queues = sorted(route.subscribe_queues)
             if self.model == "broadcasting":
@@ -217,6 +235,7 @@ class GroupConsumer:
                 mine = self.allocate.allocate(self.group, self.instance.client_id, queues,
                                               consumers)
             await self._update_queues(topic, set(mine))
+        return missing
 
     async def _consumer_ids(self, topic: str, queues: list[MessageQueue]) -> list[str] | None:
         brokers = sorted({q.broker_name for q in queues})

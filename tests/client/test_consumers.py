@@ -363,3 +363,22 @@ def test_flow_control_caps_messages_held_per_queue(servers):
     finally:
         release.set()
         consumer.shutdown()
+
+
+def test_a_topic_created_after_the_consumer_starts_is_consumed_within_seconds(servers):
+    # The consumer finds no route at start; its next rebalance is 20 s away, but a missing
+    # route is looked for again after a second (and the group's retry topic, registered by
+    # the broker just after the first heartbeat, is the same case).
+    collector = Collector()
+    consumer = PushConsumer("late-g", namesrv=servers.namesrv, from_where="first")
+    consumer.subscribe("LateTopic")
+    consumer.register(collector)
+    try:
+        consumer.start()
+        time.sleep(0.5)
+        servers.create_topic("LateTopic", 2)
+        send_many(servers, "LateTopic", 4)
+        assert wait_for(lambda: collector.count() >= 4, 8)
+        assert sorted(collector.bodies) == [b"m0", b"m1", b"m2", b"m3"]
+    finally:
+        consumer.shutdown()
