@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -170,13 +171,21 @@ def run_round(root: str, durable_path: str, round_no: int, pure: bool,
     if pure:
         env["ROCKETQ_NO_EXTENSIONS"] = "1"
     wanted = rng.randint(1, 600)
+    # One round in five is killed on a timer instead, often before its first append: while
+    # it recovers what the last round left, cuts a torn tail or creates files.
+    timer = rng.uniform(0.05, 0.6) if rng.random() < 0.2 else None
     proc = subprocess.Popen([sys.executable, __file__, "--child-write", root, str(round_no)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     got = 0
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + (timer if timer is not None else 60)
     with open(durable_path, "a") as out:
         try:
             while got < wanted and time.monotonic() < deadline:
+                if timer is not None:
+                    ready, _, _ = select.select([proc.stdout], [], [],
+                                                max(0.0, deadline - time.monotonic()))
+                    if not ready:
+                        break
                 line = proc.stdout.readline()
                 if not line:
                     break
