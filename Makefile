@@ -37,8 +37,8 @@ PURE_CODEC_TESTS := tests/protocol tests/store tests/remoting/test_remoting.py \
 	tests/compat/test_mqadmin_frames.py
 test: $(STAMP) test-deps
 	$(BIN)/ruff check rocketq tests benchmarks examples
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
-	ROCKETQ_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	ROCKETQ_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
 		$(PURE_CODEC_TESTS)
 
 lint: $(STAMP)
