@@ -203,6 +203,9 @@ def parse_plain_acl(data: Mapping[str, Any] | None, source: str = "plain_acl.yml
     white = data.get("globalWhiteRemoteAddresses") or []
     if isinstance(white, str):
         white = [white]
+    if not isinstance(white, list):
+        raise AclConfigError(f"{source}: globalWhiteRemoteAddresses must be a list of "
+                             f"address patterns")
     try:
         global_white = [AddressPattern(str(w)) for w in white if w is not None]
     except AclConfigError as exc:
@@ -210,7 +213,10 @@ def parse_plain_acl(data: Mapping[str, Any] | None, source: str = "plain_acl.yml
     warnings: list[str] = []
     _warn_unknown_keys(data, FILE_KEYS, source, warnings)
     accounts: dict[str, Account] = {}
-    for i, raw in enumerate(data.get("accounts") or []):
+    entries = data.get("accounts") or []
+    if not isinstance(entries, list):
+        raise AclConfigError(f"{source}: accounts must be a list of accounts")
+    for i, raw in enumerate(entries):
         where = f"{source}: accounts[{i}]"
         if not isinstance(raw, Mapping):
             raise AclConfigError(f"{where} is not a mapping")
@@ -229,8 +235,11 @@ def parse_plain_acl(data: Mapping[str, Any] | None, source: str = "plain_acl.yml
                 f"{MIN_KEY_LENGTH - 1} characters")
         if ak in accounts:
             raise AclConfigError(f"{where}: accessKey {ak!r} is listed twice")
+        address = raw.get("whiteRemoteAddress")
+        if isinstance(address, (list, Mapping)):
+            raise AclConfigError(f"{where}: whiteRemoteAddress must be one address pattern")
         try:
-            white_address = AddressPattern(raw.get("whiteRemoteAddress"))
+            white_address = AddressPattern(str(address) if address else None)
         except AclConfigError as exc:
             raise AclConfigError(f"{where}: whiteRemoteAddress: {exc}") from None
         accounts[ak] = Account(
@@ -270,4 +279,8 @@ def load_plain_acl(path: str | os.PathLike[str]) -> PlainAcl:
                              f"{exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise AclConfigError(f"{os.fspath(path)} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise AclConfigError(f"{os.fspath(path)} is not UTF-8 text: {exc}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise AclConfigError(f"{os.fspath(path)} nests too deeply to be read") from None
     return parse_plain_acl(data, os.fspath(path))

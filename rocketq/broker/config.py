@@ -113,7 +113,10 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     elif isinstance(values, dict):
         raw = dict(values)
     else:
-        raw = dict(read_properties(values))
+        try:
+            raw = dict(read_properties(values))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{os.fspath(values)}: not UTF-8 text: {exc}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})
     raw = with_renamed_keys(raw)
     if values is not None and not isinstance(values, dict):
@@ -244,6 +247,8 @@ RUNTIME_KEYS: dict[str, tuple[int, int] | None] = {
     # is refused instead of silently meaning another.
     "diskMaxUsedSpaceRatio": (10, 95),
     "diskSpaceCleanForciblyRatio": (10, 95),
+    "diskSpaceWarningLevelRatio": (10, 99),
+    "cleanFileForciblyEnable": None,
     "deleteFileBatchMax": (1, JAVA_INT_MAX),
     "cleanResourceInterval": (1, JAVA_INT_MAX),
     "maxTransferBytesOnMessageInMemory": (1, JAVA_INT_MAX),

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
+from ..protocol import JAVA_LONG_MAX, RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
 from .engine import Engine, EngineError
 from .state import Group, Live, choose_master
@@ -171,6 +171,10 @@ class Controller:
         if not group or not addr:
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
                                 remark="registering needs brokerName and brokerAddress")
+        if cmd.int_field("brokerId", -1) >= JAVA_LONG_MAX:
+            # The group's next id would be past Java's long, the type brokers read it as.
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark="brokerId leaves no id after it")
         return self._register(cmd, group, addr)
 
     async def _register(self, cmd: RemotingCommand, name: str, addr: str) -> RemotingCommand:
@@ -207,6 +211,10 @@ class Controller:
                                             or self._alive(name, group.master_id, now)):
             return self._answer(cmd, group.info(), ResponseCode.CONTROLLER_MASTER_STILL_EXIST)
         held = cmd.int_field("epoch", 0)
+        if held >= JAVA_LONG_MAX:
+            # The new master's epoch would be past Java's long, the type brokers read it as.
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark=f"epoch {held} leaves no epoch after it")
         if group.master_epoch == 0 and held > 0 and (
                 time.monotonic() - self._started < self.config.masterLeaseMillis / 1000):
             # This controller lost its state while the group had a master: that master may
@@ -272,6 +280,10 @@ class Controller:
         try:
             names = orjson.loads(cmd.body) if cmd.body else []
         except orjson.JSONDecodeError:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                remark="the body must be a list of broker names")
+        if names and (not isinstance(names, list)
+                      or not all(isinstance(n, str) for n in names)):
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
                                 remark="the body must be a list of broker names")
         groups = self.engine.state.groups

@@ -39,10 +39,17 @@ def _dump(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+#: How deep arrays and objects may nest. The parser recurses once or twice per level, so
+#: without a bound a body of a few thousand ``[`` would end in RecursionError instead of the
+#: ValueError callers expect (orjson stops at 1024; RocketMQ's bodies nest a few levels).
+MAX_DEPTH = 200
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self.depth = 0
 
     def error(self, what: str) -> ValueError:
         return ValueError(f"bad fastjson at {self.pos}: {what}")
@@ -57,28 +64,33 @@ class _Parser:
         if self.pos >= len(self.text):
             raise self.error("unexpected end")
         ch = self.text[self.pos]
-        if ch == "{":
-            return self.obj()
-        if ch == "[":
-            self.pos += 1
-            out = []
-            self.skip()
-            if self.text.startswith("]", self.pos):
-                self.pos += 1
-                return out
+        if ch in "{[":
+            if self.depth >= MAX_DEPTH:
+                raise self.error(f"nested deeper than {MAX_DEPTH} levels")
+            self.depth += 1
+            value = self.obj() if ch == "{" else self.array()
+            self.depth -= 1  # an error ends the whole parse: no need to count back then
+            return value
+        if ch == '"':
+            return self.string()
+        return self.scalar()
+
+    def array(self) -> list[Any]:
+        self.pos += 1
+        out = []
+        self.skip()
+        if not self.text.startswith("]", self.pos):
             while True:
                 out.append(self.value())
                 self.skip()
                 if self.text.startswith(",", self.pos):
                     self.pos += 1
                 elif self.text.startswith("]", self.pos):
-                    self.pos += 1
-                    return out
+                    break
                 else:
                     raise self.error("expected , or ]")
-        if ch == '"':
-            return self.string()
-        return self.scalar()
+        self.pos += 1
+        return out
 
     def string(self) -> str:
         start = self.pos

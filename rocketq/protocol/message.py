@@ -250,6 +250,8 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
         raw = bytes.fromhex(msg_id)
     except ValueError as exc:
         raise MessageFormatError(f"not a hex message id: {msg_id!r}") from exc
+    if len(raw) != 16:  # fromhex skips blanks: 32 characters may hold fewer digits
+        raise MessageFormatError(f"not a hex message id: {msg_id!r}")
     port, offset = struct.unpack(">iq", raw[4:])
     return socket.inet_ntoa(raw[:4]), port, offset
 
@@ -408,8 +410,13 @@ def _record(view: memoryview, pos: int, fields: tuple[Any, ...], topic_at: int, 
     body = bytes(view[body_at:body_at + body_len])
     if decompress:
         body = plain_body(body, sysflag)
+    try:
+        topic = bytes(view[topic_at:topic_at + topic_len]).decode()
+    except UnicodeDecodeError:
+        # Topic names are ASCII (TopicValidator): such a record is damaged, not a message.
+        raise MessageFormatError(f"the topic of the record at {pos} is not UTF-8") from None
     return MessageRecord(
-        topic=bytes(view[topic_at:topic_at + topic_len]).decode(), body=body,
+        topic=topic, body=body,
         queue_id=queue_id, flag=flag, queue_offset=queue_offset,
         commitlog_offset=phys, sysflag=sysflag, born_timestamp=born_ts,
         born_host=(socket.inet_ntoa(born_ip), born_port), store_timestamp=store_ts,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError
 
 Selector = Callable[[Mapping[str, str]], bool]
@@ -67,6 +67,25 @@ _PARSER = Lark(_GRAMMAR, parser="lalr", maybe_placeholders=False)
 
 class SqlError(ValueError):
     """An expression that is not a valid SQL92 selector."""
+
+
+#: How deep parentheses and NOTs may nest. Compiling and evaluating recurse once per level,
+#: so without a bound a selector of a few thousand ``(`` or ``NOT`` would fail with
+#: RecursionError, when compiled or, worse, on every message it is matched against.
+MAX_DEPTH = 64
+
+
+def _depth(tree: Tree) -> int:
+    """How deep ``tree`` nests (walked without recursion), up to just past MAX_DEPTH."""
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+    return deepest
 
 
 def _number(text: str) -> int | float | None:
@@ -158,6 +177,10 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
         if not all(isinstance(x, _Literal) and isinstance(x.value, (int, float))
                    for x in (low, high)):
             raise SqlError("BETWEEN takes two numbers")
+        if isinstance(value, _Literal) and (isinstance(value.value, bool)
+                                            or not isinstance(value.value, (int, float))):
+            # A string or boolean would be compared with the numbers on every message.
+            raise SqlError("BETWEEN needs a property or a number on its left")
         get = _getter(value, 0)
         lo, hi = low.value, high.value
         return lambda props: None if (v := get(props)) is None else lo <= v <= hi
@@ -249,6 +272,8 @@ def compile_selector(expression: str) -> Selector:
         raise SqlError("the SQL92 expression is empty")
     try:
         tree = _PARSER.parse(expression)
+        if _depth(tree) > MAX_DEPTH:
+            raise SqlError(f"the SQL92 expression nests deeper than {MAX_DEPTH} levels")
         condition = _as_condition(_Compiler().transform(tree))
     except SqlError:
         raise
