@@ -10,6 +10,7 @@ When a group's membership changes, every member is told (NOTIFY_CONSUMER_IDS_CHA
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import orjson
 
 from ..protocol import (
+    JAVA_INT_MAX,
+    JAVA_INT_MIN,
     Perm,
     ProtocolError,
     RemotingCommand,
@@ -34,8 +37,25 @@ from .topics import TopicTable
 
 Handler = Callable[[Connection, RemotingCommand], Any]
 
+log = logging.getLogger("rocketq.broker")
+
 #: Seconds a queue lock lasts unless its holder renews it (RebalanceLockManager: 60 s).
 LOCK_EXPIRY = 60.0
+
+
+def _check_heartbeat(data: Any) -> None:
+    """Raise ProtocolError unless ``data`` has HeartbeatData's shape (objects and lists of
+    objects where it has them), before any of it is applied: a bad one changes nothing."""
+    if not isinstance(data, dict):
+        raise ProtocolError("heartbeat body is not a JSON object")
+    for name in ("producerDataSet", "consumerDataSet"):
+        items = data.get(name) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ProtocolError(f"heartbeat {name} is not a list of objects")
+    for consumer in data.get("consumerDataSet") or []:
+        subs = consumer.get("subscriptionDataSet") or []
+        if not isinstance(subs, list) or not all(isinstance(s, dict) for s in subs):
+            raise ProtocolError("heartbeat subscriptionDataSet is not a list of objects")
 
 
 def notify_consumers(group: ConsumerGroup) -> None:
@@ -77,10 +97,9 @@ class ClientRequests:
         except orjson.JSONDecodeError:
             try:
                 data = fastjson.loads(cmd.body)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ProtocolError(f"heartbeat body is not HeartbeatData JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ProtocolError("heartbeat body is not a JSON object")
+        _check_heartbeat(data)
         groups = self.clients.heartbeat(conn, data, cmd.language, cmd.version)
         created = False
         for group in groups:
@@ -90,8 +109,15 @@ class ClientRequests:
             if cfg is None or cfg.retry_queue_nums <= 0:
                 continue
             if self.topics.get(retry_topic(group)) is None:
-                self.topics.create_system(retry_topic(group), cfg.retry_queue_nums,
-                                          Perm.READ | Perm.WRITE)
+                try:
+                    self.topics.create_system(retry_topic(group), cfg.retry_queue_nums,
+                                              Perm.READ | Perm.WRITE)
+                except OSError as exc:
+                    # A config directory that cannot be written (a full disk) must not cost
+                    # the consumer its heartbeat: the retry topic is made at a later one.
+                    log.warning("retry topic of group %s not created: %s cannot be saved: %s",
+                                group, self.topics.path, exc)
+                    continue
                 created = True
         if created:
             self.topics_changed()
@@ -113,13 +139,23 @@ class ClientRequests:
 
     # ------------------------------------------------------------------ queue locks
     @staticmethod
-    def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[dict[str, Any]]]:
+    def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, int, Any]]]:
+        """The group, the client and the queues (topic, queue id, the queue as sent) of a
+        LockBatchRequestBody; ProtocolError when it is not one."""
         try:
             body = orjson.loads(cmd.body) if cmd.body else {}
         except orjson.JSONDecodeError:
             raise ProtocolError("lock body is not JSON") from None
-        return (str(body.get("consumerGroup", "")), str(body.get("clientId", "")),
-                list(body.get("mqSet") or []))
+        mq_set = body.get("mqSet") or [] if isinstance(body, dict) else None
+        if not isinstance(mq_set, list) or not all(isinstance(mq, dict) for mq in mq_set):
+            raise ProtocolError("lock body is not a LockBatchRequestBody")
+        queues = []
+        for mq in mq_set:
+            queue_id = mq.get("queueId", 0)
+            if type(queue_id) is not int or not JAVA_INT_MIN <= queue_id <= JAVA_INT_MAX:
+                raise ProtocolError(f"lock body has a bad queueId {queue_id!r}")
+            queues.append((str(mq.get("topic", "")), queue_id, mq))
+        return str(body.get("consumerGroup", "")), str(body.get("clientId", "")), queues
 
     def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """LOCK_BATCH_MQ: orderly consumers lock the queues they consume; a lock lasts 60 s
@@ -127,8 +163,8 @@ class ClientRequests:
         group, client, queues = self._lock_body(cmd)
         now = time.monotonic()
         locked = []
-        for mq in queues:
-            key = (group, str(mq.get("topic", "")), int(mq.get("queueId", 0)))
+        for topic, queue_id, mq in queues:
+            key = (group, topic, queue_id)
             holder = self.queue_locks.get(key)
             if holder is None or holder[0] == client or now - holder[1] > LOCK_EXPIRY:
                 self.queue_locks[key] = (client, now)
@@ -138,8 +174,8 @@ class ClientRequests:
     def unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UNLOCK_BATCH_MQ: release the queues the client holds; others' locks stay."""
         group, client, queues = self._lock_body(cmd)
-        for mq in queues:
-            key = (group, str(mq.get("topic", "")), int(mq.get("queueId", 0)))
+        for topic, queue_id, _ in queues:
+            key = (group, topic, queue_id)
             holder = self.queue_locks.get(key)
             if holder is not None and holder[0] == client:
                 del self.queue_locks[key]
@@ -152,7 +188,9 @@ class ClientRequests:
             body = orjson.loads(cmd.body) if cmd.body else {}
         except orjson.JSONDecodeError:
             body = {}
-        sub = body.get("subscriptionData") or {}
+        sub = body.get("subscriptionData") if isinstance(body, dict) else None
+        if not isinstance(sub, dict):
+            sub = {}
         if str(sub.get("expressionType", "TAG")).upper() == "SQL92":
             if not self.config.enablePropertyFilter:
                 return cmd.response(ResponseCode.SYSTEM_ERROR,

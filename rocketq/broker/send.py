@@ -151,6 +151,9 @@ class SendProcessor:
         self.trace_on = "true" if config.traceOn else "false"
         self._queued: list[_Queued] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        #: When a refusal for a full disk was last logged: once per 10 s is enough, the
+        #: store logs when it becomes full and when it takes sends again.
+        self._disk_full_logged = -10.0
 
     @property
     def store(self) -> MessageStore:
@@ -186,6 +189,9 @@ class SendProcessor:
         if not (low <= queue_id <= high and low <= sysflag <= high and low <= flag <= high
                 and low <= reconsume <= high and JAVA_LONG_MIN <= born <= JAVA_LONG_MAX):
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
+        # The host flags are the broker's to set, from the socket, as RocketMQ's are: a
+        # client's IPv6 bits on the IPv4 hosts stored here would make the record unreadable.
+        sysflag &= ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
         topic_config = self.topics.topics.get(topic)  # a known topic's name is valid
         if topic_config is None:
             try:
@@ -427,7 +433,12 @@ class SendProcessor:
             # RocketMQ's answer, word for word: a failure the client may resend elsewhere.
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         if isinstance(exc, DiskFullError):
-            log.error("send refused: %s", exc)
+            # RocketMQ answers a store that is not writable the same way; the remark says the
+            # disk is full and which directory, and the client may send to another broker.
+            now = time.monotonic()
+            if now - self._disk_full_logged >= 10:
+                self._disk_full_logged = now
+                log.error("send refused (and any more for 10 s, unlogged): %s", exc)
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
         if isinstance(exc, StoreClosedError):
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import threading
@@ -26,6 +27,8 @@ from ..remoting import Connection
 from .config import BrokerConfig
 from .offsets import ConsumerOffsets
 from .topics import MAX_QUEUE_NUMS, DataVersion, save_versioned
+
+log = logging.getLogger("rocketq.broker")
 
 GROUP_MAX_LENGTH = 255
 _LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -163,8 +166,10 @@ class SubscriptionGroupTable:
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; created with the defaults when the broker allows it
         (``autoCreateSubscriptionGroup``, or a ``CID_RMQ_SYS_`` group), else None. RocketMQ's
-        findSubscriptionGroupConfig. A group whose name is illegal, or whose creation cannot
-        be saved, is not created."""
+        findSubscriptionGroupConfig. A group whose name is illegal is not created; one whose
+        creation cannot be saved (a full disk) is created in memory only, as RocketMQ's is,
+        so that consumption goes on: it has only defaults, is saved with the table's next
+        change, and is created again after a restart."""
         cfg = self.groups.get(group)
         if cfg is not None or not (self.config.autoCreateSubscriptionGroup
                                    or group.startswith(SYS_GROUP_PREFIX)):
@@ -179,8 +184,10 @@ class SubscriptionGroupTable:
                 return existing
             try:
                 self._change({group: cfg})
-            except OSError:
-                return None
+            except OSError as exc:
+                log.warning("subscription group %s created in memory only: %s cannot be "
+                            "saved: %s", group, self.path, exc)
+                self.groups = {**self.groups, group: cfg}
         return cfg
 
     def notifies(self, group: str) -> bool:
@@ -252,7 +259,7 @@ def _update(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingComman
     except orjson.JSONDecodeError:
         try:  # orjson refuses integers beyond 64 bits; the check below names their field
             data = json.loads(cmd.body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 remark=f"the body is not SubscriptionGroupConfig JSON: {exc}")
     try:

@@ -16,6 +16,8 @@ import orjson
 
 from ..acl import NAMESRV_ADMIN_CODES, AccessControl
 from ..protocol import (
+    JAVA_INT_MAX,
+    JAVA_INT_MIN,
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -38,6 +40,13 @@ __all__ = ["DEFAULT_PORT", "NameServer", "RouteTable"]
 
 def json_body(value: Any) -> bytes:
     return orjson.dumps(value)
+
+
+def _int_fields(topic_config: dict[str, Any]) -> bool:
+    """Whether a registered TopicConfig's numbers are Java ints (or absent): anything else
+    would fail later, when routes are built from them."""
+    return all(type(v := topic_config.get(k, 0)) is int and JAVA_INT_MIN <= v <= JAVA_INT_MAX
+               for k in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"))
 
 
 class NameServer:
@@ -134,7 +143,7 @@ class NameServer:
             topic_configs = wrapper.get("topicConfigTable") or {}
             data_version = wrapper.get("dataVersion") or {}
             if not isinstance(topic_configs, dict) or not all(
-                    isinstance(t, dict) for t in topic_configs.values()):
+                    isinstance(t, dict) and _int_fields(t) for t in topic_configs.values()):
                 return cmd.response(ResponseCode.SYSTEM_ERROR,
                                     remark="topicConfigTable is not an object of TopicConfig "
                                            "objects")

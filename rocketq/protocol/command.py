@@ -68,9 +68,14 @@ def int_value(fields: dict[str, str], name: str, default: int | None = None) -> 
             raise ProtocolError(f"the request lacks the field {name!r}")
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise ProtocolError(f"field {name!r} is not an integer: {value!r}") from None
+    if not JAVA_LONG_MIN <= number <= JAVA_LONG_MAX:
+        # Every integer field is a Java int or long: a bigger one would be kept and then
+        # fail wherever it is written out again (offsets, answers).
+        raise ProtocolError(f"field {name!r} is outside Java's long range: {value!r}")
+    return number
 
 
 class RemotingCommand:

@@ -58,7 +58,11 @@ class Subscription:
         version = data.get("subVersion", 0)
         try:
             version = int(version)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             version = 0
-        return cls.parse(str(data.get("topic", "")), data.get("subString"),
-                         data.get("expressionType"), version)
+        if not -(1 << 63) <= version < 1 << 63:  # a Java long, written out again later
+            version = 0
+        expression, kind = data.get("subString"), data.get("expressionType")
+        return cls.parse(str(data.get("topic", "")),
+                         expression if expression is None else str(expression),
+                         kind if kind is None else str(kind), version)
