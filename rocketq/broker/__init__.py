@@ -120,6 +120,8 @@ class Broker:
         self._slave_task: asyncio.Task[Any] | None = None
         #: Controller mode: the broker's link to the controller.
         self.replicas: ReplicasManager | None = None
+        #: Tables whose last save failed, with the error (logged once until saved again).
+        self._unsaved: dict[str, str] = {}
 
         # The tables the processors share.
         self.topics = TopicTable(config, self.config_dir)
@@ -202,7 +204,8 @@ class Broker:
         self.config.listenPort = port
         self.store_config.listenPort = port
         # Opening the store may scan files after a crash: keep the loop free meanwhile.
-        self.store = await asyncio.to_thread(MessageStore, self.store_config)
+        self.store = await asyncio.to_thread(MessageStore, self.store_config,
+                                             consumer_offsets=self.offsets.committed)
         self.store.dispatch_via(self.loop.call_soon)
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
@@ -428,10 +431,11 @@ class Broker:
         await self.server.stop()
         if self.acl is not None:
             await self.acl.stop_watching()
-        self.offsets.persist(force=True)
-        self.schedule.persist()
-        self.transactions.persist()
-        self.timer.persist()
+        for name, save in (("consumer offsets", lambda: self.offsets.persist(force=True)),
+                           ("delay offsets", self.schedule.persist),
+                           ("transaction progress", self.transactions.persist),
+                           ("timer progress", self.timer.persist)):
+            self._save(name, save)
         if self.store is not None:
             self.store.dispatch_via(None)
             await asyncio.to_thread(self.store.close)
@@ -439,15 +443,32 @@ class Broker:
                 self._writer.close()
         log.info("broker %s stopped", self.config.brokerName)
 
+    def _save(self, name: str, save: Callable[[], None]) -> bool:
+        """Run one of the tables' ``persist``; a write that fails (a full disk, a config
+        directory that cannot be written) is logged, once until it works again, and the
+        table stays in memory to be saved at the next round."""
+        try:
+            save()
+        except OSError as exc:
+            if name not in self._unsaved:
+                log.error("cannot save the %s in %s: %s; kept in memory, and saved again "
+                          "every %d ms until it works", name, self.config_dir, exc,
+                          self.config.flushConsumerOffsetInterval)
+            self._unsaved[name] = str(exc)
+            return False
+        if self._unsaved.pop(name, None) is not None:
+            log.warning("the %s: saved in %s again", name, self.config_dir)
+        return True
+
     async def _housekeeping(self) -> None:
         """Persist offsets and delivery progress, expire silent clients; until cancelled."""
         cfg = self.config
         last_expire = time.monotonic()
         while True:
             await asyncio.sleep(cfg.flushConsumerOffsetInterval / 1000)
-            await asyncio.to_thread(self.offsets.persist)
-            await asyncio.to_thread(self.schedule.persist)
-            self.timer.persist()
+            await asyncio.to_thread(self._save, "consumer offsets", self.offsets.persist)
+            await asyncio.to_thread(self._save, "delay offsets", self.schedule.persist)
+            self._save("timer progress", self.timer.persist)
             if time.monotonic() - last_expire >= 10:
                 last_expire = time.monotonic()
                 self.clients.expire(cfg.channelExpiredTimeout / 1000)

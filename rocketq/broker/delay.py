@@ -27,7 +27,7 @@ from ..protocol import (
     SysFlag,
     encode_properties,
 )
-from ..store import StoreMessage
+from ..store import DiskFullError, StoreMessage
 from .files import write_atomically
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ class DelayDelivery:
         self.offsets: dict[int, int] = {}
         self.delivered = 0
         self._wake = asyncio.Event()
+        self._refused_logged = -10.0  # when a delivery refused for a full disk was logged
         if os.path.exists(self.path):
             with open(self.path, "rb") as fh:
                 table = orjson.loads(fh.read()).get("offsetTable") or {}
@@ -161,6 +162,13 @@ class DelayDelivery:
                 if due:
                     try:
                         await self.put(due)
+                    except DiskFullError as exc:
+                        # Retried every second until sends are taken again; said every 10 s.
+                        if time.monotonic() - self._refused_logged >= 10:
+                            self._refused_logged = time.monotonic()
+                            log.warning("delivering %d delayed message(s) of level %d waits: "
+                                        "%s", len(due), level, exc)
+                        return time.time() + 1
                     except Exception:
                         log.exception("delivering %d delayed message(s) of level %d failed",
                                       len(due), level)

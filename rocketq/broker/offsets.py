@@ -48,6 +48,16 @@ class ConsumerOffsets:
     def table(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.offsets.get(self.key(topic, group), {}))
 
+    def committed(self) -> list[tuple[str, str, int, int]]:
+        """``(group, topic, queue id, offset)`` of every committed offset: what the store's
+        retention reads to name the groups that lose messages when files go unread."""
+        with self.lock:
+            out = []
+            for key, table in self.offsets.items():
+                topic, _, group = key.partition("@")
+                out.extend((group, topic, q, o) for q, o in table.items())
+            return out
+
     def wrapper(self) -> dict[str, Any]:
         """ConsumerOffsetSerializeWrapper: what GET_ALL_CONSUMER_OFFSET (43) answers."""
         with self.lock:
@@ -75,10 +85,16 @@ class ConsumerOffsets:
                 self._dirty = True
 
     def persist(self, force: bool = False) -> None:
+        """Save the table if it changed (or ``force``). A failed write (a full disk) raises
+        and leaves the table marked changed, so the next call tries again."""
         with self.lock:
             if not self._dirty and not force:
                 return
             data: dict[str, Any] = {"offsetTable": {
                 k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()}}
             self._dirty = False
-        write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        try:
+            write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        except BaseException:
+            self._dirty = True
+            raise

@@ -81,6 +81,7 @@ class TimerWheel:
         self.pending = 0
         self.delivered = 0
         self._wake = asyncio.Event()
+        self._failure_logged = -10.0  # when a failed delivery was last logged
         if os.path.exists(self.path):
             with open(self.path, "rb") as fh:
                 data = orjson.loads(fh.read())
@@ -186,7 +187,21 @@ class TimerWheel:
                 due_messages.append(record_to_real(record))
                 due_offsets.append(offset)
             if due_messages:
-                await self.put(due_messages)
+                try:
+                    await self.put(due_messages)
+                except Exception as exc:
+                    # Nothing was stored (a full disk refuses puts): the bucket waits for
+                    # the next round, whole, rather than being dropped.
+                    later.extend(due_offsets)
+                    self.pending += len(due_offsets)
+                    self.buckets[second] = later
+                    heapq.heappush(self.seconds, second)
+                    now = time.monotonic()
+                    if now - self._failure_logged >= 10:
+                        self._failure_logged = now
+                        log.error("delivering %d timer message(s) failed, retrying: %s",
+                                  len(due_messages), exc)
+                    break
                 for offset in due_offsets:
                     self._mark_done(offset)
                 delivered += len(due_messages)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..protocol import (
     IllegalTopicError,
@@ -193,6 +193,17 @@ class CommitLog:
         self._topic_parts: dict[str, bytes] = {}
         #: Callbacks run after bytes land, with the new end offset (wakes the dispatcher).
         self.on_append: list = []
+        #: ``make_room(topic, queue_id, first, end)``: make the ConsumeQueue files that will
+        #: hold the units of queue offsets ``[first, end)`` and return the queue offset up to
+        #: which files exist, or raise DiskFullError. Called under the lock, before anything
+        #: is written, whenever an append would assign a queue offset past
+        #: :attr:`queue_room`: a message is acknowledged only once the dispatcher is sure to
+        #: find room for its unit. None: no such check (a CommitLog alone).
+        self.make_room: Callable[[str, int, int, int], int] | None = None
+        #: Per (topic, queue id), the queue offset up to which ConsumeQueue files exist (as
+        #: ``make_room`` last said). Missing or low only costs a ``make_room`` call; cleared
+        #: whenever ConsumeQueue files go (truncation, deleted topics).
+        self.queue_room: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------------ reading helpers
     @property
@@ -303,10 +314,34 @@ class CommitLog:
             self._topic_parts[topic] = part
         return part
 
+    def _ensure_room(self, key: tuple[str, int], count: int) -> None:
+        """Raise DiskFullError unless ConsumeQueue files exist for ``count`` more units of
+        queue ``key`` (``make_room`` creates them if it can). Under the lock."""
+        first = self.queue_offsets.get(key, 0)
+        end = first + count
+        if end > self.queue_room.get(key, 0) and self.make_room is not None:
+            self.queue_room[key] = self.make_room(key[0], key[1], first, end)
+
     def _append_locked(self, sized: list[tuple[StoreMessage, bytes, int]]) -> list[PutResult]:
         results: list[PutResult] = []
         add_result = results.append
         queue_offsets = self.queue_offsets
+        tran_mask, uncounted = SysFlag.TRANSACTION_MASK, _UNCOUNTED
+        if self.make_room is not None:
+            if len(sized) == 1:
+                m = sized[0][0]
+                key = (m.topic, m.queue_id)
+                if (queue_offsets.get(key, 0) >= self.queue_room.get(key, 0)
+                        and m.sysflag & tran_mask not in uncounted):
+                    self._ensure_room(key, 1)
+            else:
+                counts: dict[tuple[str, int], int] = {}
+                for m, _part, _size in sized:
+                    if m.sysflag & tran_mask not in uncounted:
+                        key = (m.topic, m.queue_id)
+                        counts[key] = counts.get(key, 0) + 1
+                for key, n in counts.items():
+                    self._ensure_room(key, n)
         store_host, store_port = self.store_host, self.store_port
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
@@ -315,7 +350,6 @@ class CommitLog:
         parts: list[bytes | memoryview] = []
         extend = parts.extend
         encode = record_parts
-        tran_mask, uncounted = SysFlag.TRANSACTION_MASK, _UNCOUNTED
         blank_room = END_FILE_MIN_BLANK_LENGTH
         for m, topic_part, size in sized:
             if size + blank_room > free:
@@ -403,6 +437,8 @@ class CommitLog:
         tran = sysflag & SysFlag.TRANSACTION_MASK
         counted = tran != SysFlag.TRANSACTION_PREPARED and tran != SysFlag.TRANSACTION_ROLLBACK
         key = (batch.topic, queue_id)
+        if counted and self.make_room is not None:
+            self._ensure_room(key, len(elements))
         queue_offset = self.queue_offsets.get(key, 0) if counted else 0
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix

@@ -46,7 +46,16 @@ class MessageStoreConfig:
     fileReservedTime: int = 72  # hours
     deleteWhen: str = "04"  # hours of the day, ';'-separated
     diskMaxUsedSpaceRatio: int = 75  # percent: above it, expired files go at once
-    diskSpaceCleanForciblyRatio: int = 85  # percent: above it, even unexpired files go
+    #: Percent: above it the oldest files go even unexpired, if ``cleanFileForciblyEnable``;
+    #: a store refusing puts (below) takes them again once usage is back at it or under.
+    diskSpaceCleanForciblyRatio: int = 85
+    #: Percent: above it the store marks itself full and refuses puts (RocketMQ 4.9 reads it
+    #: from the system property ``rocketmq.broker.diskSpaceWarningLevelRatio``, 5.x from
+    #: ``broker.conf``).
+    diskSpaceWarningLevelRatio: int = 90
+    #: Whether unexpired files may be deleted over ``diskSpaceCleanForciblyRatio``; false
+    #: keeps every message until ``fileReservedTime`` and lets sends be refused instead.
+    cleanFileForciblyEnable: bool = True
     cleanResourceInterval: int = 10_000  # ms
     deleteFileBatchMax: int = 10
     maxMessageSize: int = 4 * 1024 * 1024

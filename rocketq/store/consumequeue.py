@@ -279,6 +279,7 @@ class ConsumeQueueTable:
             gone = [cq for key, cq in self.queues.items() if key[0] in doomed]
             self.queues = {k: v for k, v in self.queues.items() if k[0] not in doomed}
         for cq in gone:
+            cq.files.drop_ahead()
             cq.files.remove_first(cq.files.files)
             shutil.rmtree(cq.files.directory, ignore_errors=True)
         for topic in doomed:

@@ -36,6 +36,7 @@ from ..protocol.message import (
 )
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
+from .errors import is_disk_full
 from .index import Index
 
 #: The fixed fields dispatch reads (the walker's own four come with them).
@@ -84,6 +85,10 @@ class Dispatcher:
         #: Per topic (as stored): its name, its index key prefix and its kind.
         self._topics: dict[bytes, tuple[str, bytes, int]] = {}
         self._tag_codes: dict[bytes, int] = {}
+        #: Told when index entries could not be written for want of room (they are skipped:
+        #: the messages stay consumable, only a query by key misses them).
+        self.on_index_failure: Callable[[OSError], None] | None = None
+        self._index_errors = _RateLimited()
 
     def _tag_code(self, tags: bytes) -> int:
         code = self._tag_codes.get(tags)
@@ -233,7 +238,28 @@ class Dispatcher:
             if self._write_run(key, run):
                 grown[key] = run[1]
         if index_keys:
-            index.put_many(index_keys, index_offsets, index_times)
+            try:
+                index.put_many(index_keys, index_offsets, index_times)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                # As RocketMQ's IndexService does when it gets no index file: the messages
+                # go on to consumers without these entries, and the store refuses puts.
+                self._index_errors.log(
+                    "no room for index entries: %d key(s) up to CommitLog offset %d are not "
+                    "indexed (a query by key will not find them): %s", len(index_keys),
+                    offset, exc)
+                if self.on_index_failure is not None:
+                    self.on_index_failure(exc)
+        if index is not None and index.spare is None and index.files:
+            try:
+                index.make_spare()
+            except OSError as exc:
+                # The entries so far are written; the store refuses puts until a spare can be
+                # made, so what was acknowledged fits in the file being written.
+                self._index_errors.log("cannot make the next index file ahead: %s", exc)
+                if self.on_index_failure is not None and is_disk_full(exc):
+                    self.on_index_failure(exc)
         self.reput_offset = offset
         if error is not None:
             raise error
@@ -242,6 +268,24 @@ class Dispatcher:
     def _write_run(self, key: tuple[str, int], run: list) -> bool:
         cq = self.get_queue(*key)
         return cq.put_run(run[0], run[2])
+
+
+class _RateLimited:
+    """Logs an error at once, then the same error again only after ``every`` seconds (a
+    full disk makes every retry fail the same way)."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        self.every = every
+        self._last = ""
+        self._at = 0.0
+
+    def log(self, msg: str, *args: object, exc_info: BaseException | None = None) -> None:
+        text = msg % args
+        now = time.monotonic()
+        if text == self._last and now - self._at < self.every:
+            return
+        self._last, self._at = text, now
+        log.error(msg, *args, exc_info=exc_info)
 
 
 #: A listener learns that ``(topic, queue_id)`` now holds units up to ``max_offset``.
@@ -269,6 +313,11 @@ class DispatchRunner:
         self._inline_pending = False
         #: Where dispatch stops (controller mode's confirmOffset); None: the CommitLog's end.
         self.limit: Callable[[], int] | None = None
+        #: The error of the last round if it failed (cleared by one that does not).
+        self.failure: BaseException | None = None
+        #: Told of each failed round (the store refuses puts when a disk is full).
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self._errors = _RateLimited()
 
     @property
     def reput_offset(self) -> int:
@@ -300,9 +349,19 @@ class DispatchRunner:
                     # Like RocketMQ's reput service, pause a moment after a round so records
                     # that arrive meanwhile are dispatched together, not one wake-up each.
                     time.sleep(0.001)
-            except Exception:  # keep dispatching later records; say what went wrong
-                log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
+            except Exception as exc:  # keep dispatching later records; say what went wrong
+                self._failed(exc)
                 self._stop.wait(0.1)
+
+    def _failed(self, exc: Exception) -> None:
+        self.failure = exc
+        self._errors.log("dispatch failed at CommitLog offset %d: %s", self.reput_offset, exc,
+                         exc_info=exc)
+        if self.on_failure is not None:
+            try:
+                self.on_failure(exc)
+            except Exception:
+                log.exception("dispatch failure callback failed")
 
     # ------------------------------------------------------------------ waking
     def on_append(self, end: int) -> None:
@@ -337,8 +396,8 @@ class DispatchRunner:
             return
         try:
             self.dispatch(wait=0)
-        except Exception:
-            log.exception("dispatch failed at CommitLog offset %d", self.reput_offset)
+        except Exception as exc:
+            self._failed(exc)
         if self.dispatcher.reput_offset < self.end():
             self._event.set()  # the thread was busy, or failed: let it finish
 
@@ -372,6 +431,7 @@ class DispatchRunner:
                     self._notify(grown)
                 if not count:
                     break
+            self.failure = None
         finally:
             self._lock.release()
         if total:
@@ -389,9 +449,13 @@ class DispatchRunner:
 
     def catch_up(self) -> None:
         """Dispatch what the CommitLog holds beyond the ConsumeQueues, unless the dispatcher
-        is at it: a read right after a write then sees the write."""
+        is at it: a read right after a write then sees the write. A failure is the
+        dispatcher's to report and retry; the read goes on with what is dispatched."""
         if self.dispatcher.reput_offset < self.end():
-            self.dispatch(wait=0.05)
+            try:
+                self.dispatch(wait=0.05)
+            except Exception as exc:
+                self._failed(exc)
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 5.0) -> bool:
         """Block until everything up to ``offset`` (default: the CommitLog end) is dispatched."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class StoreError(Exception):
     """Base class of message store errors."""
@@ -20,7 +22,13 @@ class PropertiesTooLargeError(MessageIllegalError):
 
 
 class DiskFullError(StoreError, OSError):
-    """The disk has no room for a new mapped file (ENOSPC). Nothing was written."""
+    """The disk has no room for a new mapped file (ENOSPC), or the store refuses puts
+    because a disk is over ``diskSpaceWarningLevelRatio``. Nothing was written."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that found no room (ENOSPC, or a quota: EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class StoreCorruptError(StoreError):

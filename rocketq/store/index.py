@@ -268,6 +268,10 @@ class Index:
         self.index_num = index_num
         self.files: list[IndexFile] = []
         self.lock = threading.Lock()
+        #: The next file, made ahead of time (:meth:`make_spare`): rolling over takes it, so
+        #: entries of messages already acknowledged do not wait on a disk that may be full.
+        self.spare: IndexFile | None = None
+        self._spare_lock = threading.Lock()
 
     def load(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
@@ -277,21 +281,39 @@ class Index:
 
     @property
     def end_phy_offset(self) -> int:
-        """Offset of the newest indexed record; records after it still need indexing."""
-        return self.files[-1].end_phy_offset if self.files else -1
+        """Offset of the newest indexed record; records after it still need indexing. A last
+        file without entries (a spare made ahead of time) does not count."""
+        for f in reversed(self.files):
+            if f.index_count > 1:
+                return f.end_phy_offset
+        return -1
 
-    def _writable(self) -> IndexFile:
-        if self.files and not self.files[-1].is_full:
-            return self.files[-1]
+    def make_spare(self) -> None:
+        """Make the next file now unless one is ready: the store refuses puts while it cannot
+        (OSError, ENOSPC on a full disk), so that the file being written always has a
+        successor for the entries of messages already acknowledged."""
+        with self._spare_lock:
+            if self.spare is None:
+                self.spare = self._new_file()
+
+    def _new_file(self) -> IndexFile:
         now = time.time()
         name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
         path = os.path.join(self.directory, name)
         while os.path.exists(path):
             name = str(int(name) + 1)
             path = os.path.join(self.directory, name)
+        return IndexFile(path, self.slot_num, self.index_num, create=True)
+
+    def _writable(self) -> IndexFile:
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
         if self.files:
             self.files[-1].flush()
-        f = IndexFile(path, self.slot_num, self.index_num, create=True)
+        with self._spare_lock:
+            f, self.spare = self.spare, None
+            if f is None:
+                f = self._new_file()
         with self.lock:
             self.files = [*self.files, f]
         return f
@@ -347,3 +369,6 @@ class Index:
     def close(self) -> None:
         for f in self.files:
             f.close()
+        with self._spare_lock:
+            if self.spare is not None:
+                self.spare.close()

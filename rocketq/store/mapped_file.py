@@ -94,8 +94,9 @@ class MappedFile:
             os.unlink(tmp)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(
-                    exc.errno, f"no space left to create {path} ({file_size} bytes); "
-                    "free disk space or lower the retention time") from exc
+                    exc.errno, f"the broker's disk is full: no space left to create {path} "
+                    f"({file_size} bytes); free disk space or lower the retention time"
+                    ) from exc
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             fd = MappedFile._create_by_writing(tmp, file_size)
@@ -120,7 +121,9 @@ class MappedFile:
             os.close(fd)
             os.unlink(path)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(exc.errno, f"no space left to create {path}") from exc
+                raise DiskFullError(
+                    exc.errno, f"the broker's disk is full: no space left to create {path}"
+                    ) from exc
             raise
         return fd
 
@@ -248,6 +251,9 @@ class MappedFileQueue:
         self._starts: list[int] = []
         self._lock = threading.Lock()
         self._closing: list[MappedFile] = []
+        #: Files made ahead of time (:meth:`make_ahead`), next after ``files`` and in order;
+        #: :meth:`create` takes them over instead of allocating.
+        self._ahead: list[MappedFile] = []
 
     def load(self) -> None:
         """Open the files already on disk, checking names and sizes."""
@@ -327,16 +333,59 @@ class MappedFileQueue:
 
     # ------------------------------------------------------------------ changes
     def create(self, start: int) -> MappedFile:
-        """Create the file starting at ``start`` (the next one, or the first one)."""
+        """Create the file starting at ``start`` (the next one, or the first one), or take
+        over the one made ahead of time for it."""
         with self._lock:
             last = self.files[-1] if self.files else None
             if last is not None and start != last.from_offset + self.file_size:
                 raise StoreCorruptError(f"cannot create a file at {start} after {last}")
-            os.makedirs(self.directory, exist_ok=True)
-            f = MappedFile(os.path.join(self.directory, offset_to_name(start)), start,
-                           self.file_size, create=True)
+            ahead = self._ahead
+            if ahead and ahead[0].from_offset == start:
+                f = ahead[0]
+                self._ahead = ahead[1:]
+            else:
+                self._drop_ahead()
+                os.makedirs(self.directory, exist_ok=True)
+                f = MappedFile(os.path.join(self.directory, offset_to_name(start)), start,
+                               self.file_size, create=True)
             self._set([*self.files, f])
             return f
+
+    def make_ahead(self, first: int, end: int) -> int:
+        """Make sure files exist for every byte in ``[first, end)``, ahead of the writes:
+        the files missing after the last one (or, with none, from the one holding ``first``)
+        are created now and kept aside until :meth:`create` asks for them. A writer that
+        must not fail later (the dispatcher, for units of acknowledged messages) gets its
+        files here, where a full disk can still refuse the put. Returns the offset up to
+        which files exist; raises DiskFullError when one cannot be made (those made before
+        it stay)."""
+        with self._lock:
+            tail = self._ahead[-1] if self._ahead else self.last
+            covered = (tail.from_offset + self.file_size if tail is not None
+                       else first - first % self.file_size)
+            if covered >= end:
+                return covered
+            os.makedirs(self.directory, exist_ok=True)
+            made = list(self._ahead)
+            try:
+                while covered < end:
+                    made.append(MappedFile(os.path.join(self.directory, offset_to_name(covered)),
+                                           covered, self.file_size, create=True))
+                    covered += self.file_size
+            finally:
+                self._ahead = made
+            return covered
+
+    def _drop_ahead(self) -> None:
+        """Delete the files made ahead of time (they no longer follow the last file)."""
+        ahead, self._ahead = self._ahead, []
+        for f in ahead:
+            self._retire(f)
+
+    def drop_ahead(self) -> None:
+        """Delete the files made ahead of time (the queue is being deleted)."""
+        with self._lock:
+            self._drop_ahead()
 
     def last_for_write(self, start_if_empty: int = 0) -> MappedFile:
         """The file to write into, creating the first or the next one when needed."""
@@ -364,6 +413,7 @@ class MappedFileQueue:
                     keep.append(f)
                 else:
                     self._retire(f)
+            self._drop_ahead()
             self._set(keep)
 
     def remove_first(self, files: Iterable[MappedFile]) -> int:
@@ -394,7 +444,7 @@ class MappedFileQueue:
         return self.flushed_offset
 
     def close(self) -> None:
-        for f in self.files:
+        for f in [*self.files, *self._ahead]:
             f.close()
         self.retry_closing()
 

@@ -9,7 +9,12 @@ A thin facade over the parts, each in its own module as in RocketMQ:
 - ``flush``: the *CommitLog flusher* fsyncs every ``flushIntervalCommitLog`` ms
   (ASYNC_FLUSH) or whenever a writer waits for durability (SYNC_FLUSH group commit), and the
   *housekeeper* flushes ConsumeQueues, the index and the checkpoint;
-- ``retention``: the housekeeper also deletes expired files;
+- ``retention``: the housekeeper also deletes expired files and, every second, measures
+  the disks: over ``diskSpaceWarningLevelRatio`` puts are refused (DiskFullError) while
+  reads go on. Whatever the ratio, a put is acknowledged only once the ConsumeQueue files
+  its units go in exist (made on the put path when missing, else the put is refused), and
+  the index keeps its next file made ahead: the dispatcher never lacks room for a message
+  already acknowledged;
 - ``recovery``: what happens at start.
 
 No asyncio here: an event loop hands the store a scheduling callable
@@ -37,12 +42,21 @@ from .commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessa
 from .config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
-from .errors import SlaveNotWritableError, StoreClosedError
+from .errors import DiskFullError, SlaveNotWritableError, StoreClosedError, is_disk_full
 from .flush import CommitLogFlusher, GroupCommit, flush_logics
 from .index import Index
 from .reads import GetResult, GetStatus, get_messages
 from .recovery import recover
-from .retention import clean_expired_files, disk_used_ratio
+from .retention import (
+    DISK_CHECK_INTERVAL,
+    DISK_CHECK_INTERVAL_NEAR_FULL,
+    PUT_CHECK_INTERVAL_NEAR_FULL,
+    ConsumerOffsetsView,
+    DiskWatch,
+    StoreCounters,
+    clean_expired_files,
+    disk_used_ratio,
+)
 
 log = logging.getLogger("rocketq.store")
 
@@ -55,8 +69,31 @@ class MessageStore:
     >>> store.get_messages("Orders", 0, 0, 32).decode()[0].body
     """
 
-    def __init__(self, config: MessageStoreConfig, *, start: bool = True) -> None:
+    def __init__(self, config: MessageStoreConfig, *, start: bool = True,
+                 consumer_offsets: ConsumerOffsetsView | None = None) -> None:
         self.config = config
+        #: The broker's committed consumer offsets: retention names the groups that lose
+        #: messages when files go before they are read (None: nobody is named).
+        self.consumer_offsets = consumer_offsets
+        #: Totals for the metrics: files deleted, messages lost, puts refused.
+        self.counters = StoreCounters()
+        #: The disks' usage and whether they are full (set by :meth:`check_disk`).
+        self.disk = DiskWatch(config)
+        #: Why puts are refused now (a full disk, which directory), or None: the one flag
+        #: the put path reads.
+        self.refusal: str | None = None
+        #: A ConsumeQueue write that found no room: puts are refused until the dispatcher
+        #: writes again (it retries by itself; a refused put also tries, every 100 ms).
+        self._logics_full: str | None = None
+        self._next_logics_probe = 0.0
+        #: An index write that found no room (its entries were skipped): puts are refused
+        #: until the disk is back at ``diskSpaceCleanForciblyRatio``.
+        self._index_full: str | None = None
+        #: Whether a disk is over ``diskSpaceCleanForciblyRatio``: then the put path also
+        #: measures, every PUT_CHECK_INTERVAL_NEAR_FULL seconds, so that a burst of writes
+        #: cannot take the last free blocks between two of the housekeeper's looks.
+        self._near_full = False
+        self._next_put_check = 0.0
         self.commitlog = CommitLog(config)
         self.queues = ConsumeQueueTable(config.store_path_consume_queue,
                                         config.mappedFileSizeConsumeQueue)
@@ -66,6 +103,11 @@ class MessageStore:
             self.commitlog, self.index if config.messageIndexEnable else None,
             self.queues.get_or_create, config.delay_levels_ms)
         self.dispatcher = DispatchRunner(self.commitlog, self._dispatcher)
+        self.dispatcher.on_failure = self._dispatch_failed
+        self._dispatcher.on_index_failure = self._index_failed
+        # A put whose units would need a ConsumeQueue file makes it first, or is refused.
+        self.commitlog.make_room = self._make_room
+        self._room_logged_at = -60.0
         #: CommitLog bytes a reader may lag behind the end before the store suggests a slave.
         self.memory_budget = physical_memory() * config.accessMessageInMemoryMaxRatio // 100
         #: SYNC_FLUSH only: where writers wait for durability.
@@ -76,6 +118,12 @@ class MessageStore:
         self._slave = config.is_slave
         self._flusher: CommitLogFlusher | None = None
         self._stop = threading.Event()
+        #: Held while the housekeeper flushes the ConsumeQueues and while topics' queues are
+        #: deleted (from the broker's loop): a flush must not fsync a file being closed.
+        self._logics_lock = threading.Lock()
+        #: One cleaning at a time: the housekeeper's and one asked for (an admin request, a
+        #: test) would otherwise pick the same oldest file and report it twice.
+        self._clean_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.running = False
         self.recovered_abnormally = False
@@ -100,6 +148,7 @@ class MessageStore:
             pass
         self.checkpoint.clean_end_offset = -1
         self.checkpoint.flush()
+        self.check_disk()  # a store opened on a full disk refuses puts from the first
         self.commitlog.on_append.append(self.dispatcher.on_append)
         if cfg.sync_flush:
             self.group_commit = GroupCommit(self.commitlog, cfg.syncFlushTimeout / 1000)
@@ -189,6 +238,14 @@ class MessageStore:
         if self._slave:
             raise SlaveNotWritableError(
                 "this broker is a slave: it takes messages only from its master")
+        if self._near_full:
+            now = time.monotonic()
+            if now >= self._next_put_check:
+                self._next_put_check = now + PUT_CHECK_INTERVAL_NEAR_FULL
+                self.check_disk()
+        if self.refusal is not None and self._still_refused():
+            self.counters.puts_refused_disk_full += 1
+            raise DiskFullError(self.refusal)
         if isinstance(messages, BatchMessage):
             appended = self.commitlog.append_batch(messages)
             waits = self._answers_when_safe and wants_wait(messages)
@@ -229,6 +286,7 @@ class MessageStore:
             self.dispatch()
             with self.commitlog.lock:
                 self.commitlog.queue_offsets = self.queues.max_offsets()
+                self.commitlog.queue_room = {}
         self._slave = self.config.is_slave
         self._answers_when_safe = self.config.answers_when_safe
 
@@ -245,6 +303,7 @@ class MessageStore:
             self._dispatcher.reput_offset = min(self._dispatcher.reput_offset, offset)
             self.queues.truncate_to_commitlog(offset)
             self.commitlog.queue_offsets = self.queues.max_offsets()
+            self.commitlog.queue_room = {}
         log.warning("CommitLog truncated at %d", offset)
         return offset
 
@@ -297,10 +356,13 @@ class MessageStore:
     def delete_topics(self, topics: Iterable[str]) -> int:
         """Drop the ConsumeQueues of ``topics`` (their CommitLog records age out normally)."""
         doomed = set(topics)
-        removed = self.queues.delete_topics(doomed)
+        with self._logics_lock:
+            removed = self.queues.delete_topics(doomed)
         with self.commitlog.lock:
             for key in [k for k in self.commitlog.queue_offsets if k[0] in doomed]:
                 del self.commitlog.queue_offsets[key]
+            self.commitlog.queue_room = {k: v for k, v in self.commitlog.queue_room.items()
+                                         if k[0] not in doomed}
         return removed
 
     # ================================================================== reading
@@ -416,32 +478,151 @@ class MessageStore:
 
     # ================================================================== housekeeping
     def _flush_logics(self) -> None:
-        flush_logics(self.queues, self.index, self.checkpoint, self.commitlog,
-                     self.reput_offset)
+        with self._logics_lock:
+            flush_logics(self.queues, self.index, self.checkpoint, self.commitlog,
+                         self.reput_offset)
 
     def _housekeeping_loop(self) -> None:
+        """Flush the logic files every ``flushIntervalConsumeQueue`` ms, look at the disks
+        every second (every 100 ms when one is over ``diskSpaceCleanForciblyRatio``), and
+        clean every ``cleanResourceInterval`` ms, or at once when a disk has just gone over
+        ``diskMaxUsedSpaceRatio``. Each part's failure is logged and leaves the others
+        running."""
         cfg = self.config
-        next_clean = time.monotonic() + cfg.cleanResourceInterval / 1000
-        while not self._stop.wait(cfg.flushIntervalConsumeQueue / 1000):
-            try:
-                self._flush_logics()
-                if time.monotonic() >= next_clean:
-                    next_clean = time.monotonic() + cfg.cleanResourceInterval / 1000
+        now = time.monotonic()
+        next_flush = now + cfg.flushIntervalConsumeQueue / 1000
+        next_clean = now + cfg.cleanResourceInterval / 1000
+        next_check = now
+        was_over = False
+        while not self._stop.wait(max(0.01, min(next_flush, next_check, next_clean)
+                                      - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_check:
+                try:
+                    self.check_disk()
+                except Exception:
+                    log.exception("checking the store's disks failed")
+                next_check = now + (min(DISK_CHECK_INTERVAL, DISK_CHECK_INTERVAL_NEAR_FULL)
+                                    if self._near_full else DISK_CHECK_INTERVAL)
+                over = self.disk.over(cfg.diskMaxUsedSpaceRatio)
+                if over and not was_over:
+                    next_clean = now
+                was_over = over
+            if now >= next_flush:
+                next_flush = now + cfg.flushIntervalConsumeQueue / 1000
+                try:
+                    self._flush_logics()
+                except Exception:
+                    log.exception("flushing ConsumeQueues, the index or the checkpoint failed")
+            if now >= next_clean:
+                next_clean = now + cfg.cleanResourceInterval / 1000
+                try:
                     self.clean_expired_files()
-            except Exception:
-                log.exception("store housekeeping failed")
+                except Exception:
+                    log.exception("deleting expired files failed")
 
     def disk_used_ratio(self) -> float:
         """Percentage of the CommitLog's disk in use."""
         return disk_used_ratio(self.config.storePathCommitLog)
 
+    def check_disk(self) -> str | None:
+        """Measure the disks of the CommitLog, ConsumeQueue and index directories and set
+        :attr:`refusal`: why puts are refused (a directory over
+        ``diskSpaceWarningLevelRatio``, or a logic file that found no room), or None. The
+        housekeeper calls it every second; returns :attr:`refusal`."""
+        full = self.disk.check()
+        self._near_full = self.disk.over(self.config.diskSpaceCleanForciblyRatio)
+        if self._logics_full is not None and self.dispatcher.failure is None:
+            log.warning("ConsumeQueue files are written again")
+            self._logics_full = None
+        if self._index_full is not None and self._index_has_room():
+            log.warning("the index directory has room again")
+            self._index_full = None
+        self.refusal = full or self._logics_full or self._index_full
+        return self.refusal
+
+    def _index_has_room(self) -> bool:
+        """Whether the next index file exists or can be made now (see :meth:`_index_failed`)."""
+        try:
+            self.index.make_spare()
+        except OSError:
+            return False
+        return True
+
+    def _still_refused(self) -> bool:
+        """Whether :attr:`refusal` stands. A put refused for a ConsumeQueue that found no
+        room first tries (every 100 ms) whether the dispatcher can write again, so that
+        sends resume as soon as there is room, not at the housekeeper's next look."""
+        if self._logics_full is None or self.refusal is not self._logics_full:
+            return True
+        now = time.monotonic()
+        if now < self._next_logics_probe:
+            return True
+        self._next_logics_probe = now + 0.1
+        self.dispatcher.catch_up()
+        return self.dispatcher.failure is not None or self.check_disk() is not None
+
+    def _make_room(self, topic: str, queue_id: int, first: int, end: int) -> int:
+        """Make the ConsumeQueue files for the units of queue offsets ``[first, end)`` before
+        they are assigned (``CommitLog.make_room``, under its lock), so that the dispatcher
+        never meets a full disk for a message already acknowledged: a put that would need a
+        file the disk has no room for is refused instead, and nothing of it is stored.
+        Returns the queue offset up to which files exist."""
+        cq = self.queues.get_or_create(topic, queue_id)
+        try:
+            return cq.files.make_ahead(first * UNIT_SIZE, end * UNIT_SIZE) // UNIT_SIZE
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            remark = (f"the broker's disk is full: the ConsumeQueue directory "
+                      f"{self.config.store_path_consume_queue} has no room for the next file "
+                      f"of queue {topic}:{queue_id} ({os.strerror(exc.errno)}); sends are refused "
+                      "until space is freed")
+            self.counters.puts_refused_disk_full += 1
+            now = time.monotonic()
+            if now - self._room_logged_at >= 30:
+                self._room_logged_at = now
+                log.error("%s (reads and consumption go on)", remark)
+            raise DiskFullError(remark) from exc
+
+    def _dispatch_failed(self, exc: BaseException) -> None:
+        """The dispatcher could not write a ConsumeQueue file: when for want of room,
+        refuse puts at once (the messages already stored stay, and are dispatched once
+        there is room; reads go on)."""
+        if not is_disk_full(exc):
+            return
+        if self._logics_full is None:
+            self._logics_full = (
+                f"the broker's disk is full: a ConsumeQueue file cannot be written ({exc}); "
+                "sends are refused until space is freed")
+            log.error("%s", self._logics_full)
+        if self.refusal is None:
+            self.refusal = self._logics_full
+
+    def _index_failed(self, exc: BaseException) -> None:
+        """The dispatcher found no room for the next index file, made ahead of time (or, when
+        even the file being written filled up, for entries, which it skipped): refuse puts
+        until the next file can be made."""
+        if self._index_full is None:
+            self._index_full = (
+                f"the broker's disk is full: the index directory {self.config.store_path_index}"
+                f" has no room for the next index file ({exc}); sends are refused until space "
+                "is freed")
+            log.error("%s", self._index_full)
+        if self.refusal is None:
+            self.refusal = self._index_full
+
     def clean_expired_files(self, *, now: float | None = None, manual: bool = False) -> int:
         """Delete expired files now; see ``retention.clean_expired_files``. Returns the
         number of CommitLog files deleted."""
         now = time.time() if now is None else now
-        deleted = clean_expired_files(self.config, self.commitlog, self.queues, self.index,
-                                      now=now, manual=manual)
-        self.last_clean_time = now
+        with self._clean_lock:
+            deleted = clean_expired_files(self.config, self.commitlog, self.queues,
+                                          self.index, now=now, manual=manual, disk=self.disk,
+                                          consumer_offsets=self.consumer_offsets,
+                                          counters=self.counters)
+            self.last_clean_time = now
+            self.refusal = self.disk.full or self._logics_full or self._index_full
         return deleted
 
 
