@@ -370,6 +370,8 @@ def load_overrides(config: BrokerConfig, store_config: MessageStoreConfig) -> di
         values = check_settings(parse_properties(Path(path).read_text(encoding="utf-8")))
     except ConfigUpdateError as exc:
         raise ValueError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     apply_settings(config, store_config, values)
     return values
 

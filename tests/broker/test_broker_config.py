@@ -360,3 +360,16 @@ def test_an_unknown_key_in_a_change_is_answered_with_the_nearest_known_one():
                        match=r"flushConsumerOffsetIntervall \(did you mean "
                              r"flushConsumerOffsetInterval\?\)"):
         check_settings({"flushConsumerOffsetIntervall": "6000"})
+
+
+def test_saved_changes_that_are_not_utf8_name_the_file(tmp_path):
+    from rocketq.broker.config import load_overrides, overrides_path
+
+    config, store_config = load_broker_conf({"storePathRootDir": str(tmp_path)})
+    path = overrides_path(store_config)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(b"brokerPermission=6\n\xff\xfe=1\n")
+
+    with pytest.raises(ValueError, match=r"broker\.properties: not UTF-8 text"):
+        load_overrides(config, store_config)
