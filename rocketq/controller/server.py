@@ -315,6 +315,7 @@ class Controller:
         of lease."""
         while True:
             await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+            self._forget_silent(_now_ms())
             if not self.engine.is_leader():
                 continue
             for name, group in list(self.engine.state.groups.items()):
@@ -322,6 +323,17 @@ class Controller:
                     await self._maybe_elect(name, group)
                 except EngineError as exc:
                     log.warning("election for %s not committed: %s", name, exc)
+
+    def _forget_silent(self, now: int) -> None:
+        """Drop the heartbeats of brokers silent past their timeout, as RocketMQ's
+        scanNotActiveBroker does: elections only look at live ones, and without this every
+        name and id a heartbeat ever carried would stay in memory."""
+        for name, by_id in list(self.live.items()):
+            for broker_id, live in list(by_id.items()):
+                if not live.alive(now):
+                    del by_id[broker_id]
+            if not by_id:
+                del self.live[name]
 
     async def _maybe_elect(self, name: str, group: Group) -> None:
         now = _now_ms()

@@ -202,3 +202,25 @@ def test_two_controllers_on_etcd_survive_their_leader_stopping(etcd):
             for n in nodes:
                 await n.stop()
     asyncio.run(go())
+
+
+def test_heartbeats_of_silent_brokers_are_forgotten():
+    # Heartbeats may carry any name and id; those of brokers gone silent are dropped, so a
+    # stream of them (a fuzzer, a misconfigured fleet) does not grow the controller's memory.
+    async def main():
+        (node,) = await start_controllers(1)
+        client = RemotingClient()
+        try:
+            for n in range(50):
+                r = await client.invoke(node.address, RemotingCommand.request(
+                    RequestCode.BROKER_HEARTBEAT, {"brokerName": f"ghost-{n}", "brokerId": 1,
+                                                   "brokerAddr": "127.0.0.1:1",
+                                                   "heartbeatTimeoutMills": 200}), 5)
+                assert r.code == ResponseCode.SUCCESS
+            assert len(node.live) >= 40
+            await until(lambda: not any(name.startswith("ghost-") for name in node.live), 5)
+        finally:
+            await client.close()
+            await node.stop()
+
+    asyncio.run(main())
