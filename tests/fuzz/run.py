@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     target = TARGETS[args.target]
     corpus = args.corpus or tempfile.mkdtemp(prefix=f"rocketq-fuzz-{args.target}-")
     os.makedirs(corpus, exist_ok=True)
+    os.environ["ROCKETQ_FUZZ_SCRATCH"] = os.path.normpath(corpus) + "-scratch"
     artifacts = args.artifacts or os.getcwd()
     os.makedirs(artifacts, exist_ok=True)
     if os.path.realpath(corpus) == os.path.realpath(seed_dir(args.target)):

@@ -19,7 +19,9 @@ coverage to follow through the codec's loops.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
 import struct
 import tempfile
 from collections.abc import Callable
@@ -402,7 +404,15 @@ def _file(name: str, data: bytes) -> str:
     """``data`` written to ``name`` in this process's scratch directory."""
     global _scratch
     if _scratch is None:
-        _scratch = tempfile.mkdtemp(prefix="rocketq-fuzz-")
+        # A fuzzing process (run.py) is given one beside its working corpus: libFuzzer ends
+        # the process without Python's exit handlers. In-process, a temporary one, removed
+        # at exit.
+        _scratch = os.environ.get("ROCKETQ_FUZZ_SCRATCH")
+        if _scratch:
+            os.makedirs(_scratch, exist_ok=True)
+        else:
+            _scratch = tempfile.mkdtemp(prefix="rocketq-fuzz-")
+            atexit.register(shutil.rmtree, _scratch, True)
     path = os.path.join(_scratch, name)
     with open(path, "wb") as f:
         f.write(data)
