@@ -51,6 +51,14 @@ def _drop_unfinished_last(directory: str, names: list[str], file_size: int) -> N
     names.pop()
 
 
+def _raise_if_disk_full(exc: OSError, path: str, file_size: int) -> None:
+    """DiskFullError in place of ``exc`` when creating ``path`` failed for want of space."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise DiskFullError(
+            exc.errno, f"the broker's disk is full: no space left to create {path} "
+            f"({file_size} bytes); free disk space or lower the retention time") from exc
+
+
 class MappedFile:
     """One preallocated, memory-mapped file of a MappedFileQueue."""
 
@@ -92,11 +100,7 @@ class MappedFile:
         except OSError as exc:
             os.close(fd)
             os.unlink(tmp)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(
-                    exc.errno, f"the broker's disk is full: no space left to create {path} "
-                    f"({file_size} bytes); free disk space or lower the retention time"
-                    ) from exc
+            _raise_if_disk_full(exc, path, file_size)
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             fd = MappedFile._create_by_writing(tmp, file_size)
@@ -120,10 +124,7 @@ class MappedFile:
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(
-                    exc.errno, f"the broker's disk is full: no space left to create {path}"
-                    ) from exc
+            _raise_if_disk_full(exc, path.removesuffix(TMP_SUFFIX), file_size)
             raise
         return fd
 

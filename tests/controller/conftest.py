@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -10,11 +11,43 @@ import time
 import pytest
 
 from rocketq.cli.cluster import free_port
+from rocketq.controller import Controller, ControllerConfig, RaftEngine
 
 
 def port_pair() -> int:
     """A port whose next one is free too (a controller's Raft port is its port + 1)."""
     return free_port(pair=True)
+
+
+#: Quick scans, leases and heartbeat timeouts, so failovers take a second.
+FAST = ControllerConfig(scanNotActiveBrokerInterval=50, masterLeaseMillis=800,
+                        brokerHeartbeatTimeoutMillis=800)
+
+
+async def until(check, timeout: float = 10.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return got
+        await asyncio.sleep(interval)
+    raise AssertionError("timed out")
+
+
+async def start_controllers(n: int, config: ControllerConfig = FAST) -> list[Controller]:
+    """``n`` controller nodes on the embedded Raft engine, once they have a leader every node
+    knows."""
+    ports = [port_pair() for _ in range(n)]
+    peers = [f"127.0.0.1:{p}" for p in ports]
+    nodes = [Controller(RaftEngine(addr, peers), "127.0.0.1", p, config)
+             for addr, p in zip(peers, ports, strict=True)]
+    for node in nodes:
+        await node.start()
+    await until(lambda: any(n.engine.is_leader() for n in nodes), 15)
+    await until(lambda: all(n.engine.leader() for n in nodes), 15)  # the followers know it
+    return nodes
 
 
 @pytest.fixture

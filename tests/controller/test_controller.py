@@ -11,26 +11,11 @@ import time
 import orjson
 import pytest
 
-from rocketq.controller import Controller, ControllerConfig, RaftEngine
+from rocketq.controller import Controller
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.remoting import RemotingClient, RemotingServer
 
-from .conftest import port_pair
-
-FAST = ControllerConfig(scanNotActiveBrokerInterval=50, masterLeaseMillis=800,
-                        brokerHeartbeatTimeoutMillis=800)
-
-
-async def until(check, timeout: float = 10.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        await asyncio.sleep(interval)
-    raise AssertionError("timed out")
+from .conftest import FAST, port_pair, start_controllers, until
 
 
 class FakeBroker:
@@ -75,18 +60,6 @@ async def replica_info(client: RemotingClient, controller: str) -> dict:
         RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "g"}), 5)
     assert r.code == ResponseCode.SUCCESS, r.remark
     return {**r.ext_fields, **orjson.loads(r.body)}
-
-
-async def start_controllers(n: int) -> list[Controller]:
-    ports = [port_pair() for _ in range(n)]
-    peers = [f"127.0.0.1:{p}" for p in ports]
-    nodes = [Controller(RaftEngine(addr, peers), "127.0.0.1", p, FAST)
-             for addr, p in zip(peers, ports, strict=True)]
-    for node in nodes:
-        await node.start()
-    await until(lambda: any(n.engine.is_leader() for n in nodes), 15)
-    await until(lambda: all(n.engine.leader() for n in nodes), 15)  # the followers know it
-    return nodes
 
 
 async def failover(nodes: list[Controller], stop_leader: bool) -> None:

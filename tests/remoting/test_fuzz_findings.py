@@ -11,13 +11,12 @@ import time
 
 import orjson
 
-from rocketq.controller import Controller, ControllerConfig, RaftEngine
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.protocol.command import encode
 from rocketq.remoting import RemotingClient
 
 from ..conftest import run_async
-from ..controller.conftest import port_pair
+from ..controller.conftest import start_controllers
 from ..raw_peer import RawPeer
 
 
@@ -148,16 +147,9 @@ def test_namesrv_refuses_a_registration_with_numbers_of_the_wrong_type(cluster, 
 
 def test_controller_refuses_a_sync_state_query_that_is_not_a_list_of_names(caplog):
     async def main():
-        port = port_pair()
-        addr = f"127.0.0.1:{port}"
-        node = Controller(RaftEngine(addr, [addr]), "127.0.0.1", port,
-                          ControllerConfig(scanNotActiveBrokerInterval=50))
-        await node.start()
+        (node,) = await start_controllers(1)
         client = RemotingClient()
         try:
-            deadline = time.monotonic() + 15
-            while not node.engine.is_leader() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
             peer = await RawPeer.open(node.address)
             for n, body in enumerate((b'[{"a": 1}]', b"5", b'{"x": 1}'), 10):
                 r = await ask(peer, frame(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {},

@@ -4,17 +4,15 @@ the connection goes on serving."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 
-from rocketq.controller import Controller, ControllerConfig, RaftEngine
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.protocol.command import SERIALIZE_ROCKETMQ
 from rocketq.remoting import RemotingClient
 
 from ..conftest import run_async
-from ..controller.conftest import port_pair
+from ..controller.conftest import start_controllers
 
 #: One request of each family a broker serves, with plausible fields, so the real handler
 #: takes its usual path (synchronous answer, or awaited as sends and long pulls are).
@@ -135,15 +133,8 @@ def test_namesrv_families_answer_a_handler_bug_at_once(cluster):
 
 def test_controller_families_answer_a_handler_bug_at_once():
     async def main():
-        port = port_pair()
-        addr = f"127.0.0.1:{port}"
-        node = Controller(RaftEngine(addr, [addr]), "127.0.0.1", port,
-                          ControllerConfig(scanNotActiveBrokerInterval=50))
-        await node.start()
+        (node,) = await start_controllers(1)
         try:
-            deadline = time.monotonic() + 15
-            while not node.engine.is_leader() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
             await answered_at_once(node.address, CONTROLLER_REQUESTS, node._handlers)
         finally:
             await node.stop()
