@@ -2,6 +2,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+BASE := $(VENV)/.installed
+SOURCES := pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_ccodec.pxd
 
 .PHONY: run test test-deps lint bench bench-deps compare example clean
 
@@ -9,11 +11,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_ccodec.pxd | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+# What a broker needs (make run), and on top of it what the tests need (make test): PySpark,
+# pytest, the fuzzer, ruff.
+$(BASE): $(SOURCES) | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(BASE)
 
-run: $(STAMP)
+$(STAMP): $(SOURCES) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP) $(BASE)
+
+run: $(BASE)
 	$(BIN)/rocketq standalone
 
 # The etcd server the controller's etcd engine is tested against (Debian's etcd-server), and
