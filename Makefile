@@ -21,8 +21,10 @@ $(STAMP): $(SOURCES) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP) $(BASE)
 
+# make run RUN_ARGS="--broker-port 10921" passes flags to rocketq standalone.
+RUN_ARGS ?=
 run: $(BASE)
-	$(BIN)/rocketq standalone
+	$(BIN)/rocketq standalone $(RUN_ARGS)
 
 # The etcd server the controller's etcd engine is tested against (Debian's etcd-server), and
 # the openssl command the TLS tests handshake with.

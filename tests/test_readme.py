@@ -1,15 +1,34 @@
-"""The README's Python examples run as written (the quick start against a real broker)."""
+"""The README and the pages under docs/ run as written: the first screen from a fresh copy of
+the checkout, in a new venv, as a new user follows it; every Python example against a real
+broker."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    """Every ```python block of the README and of the pages under docs/."""
+    return [block for page in PAGES for block in
+            re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)]
+
+
+def readme_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
 
 
 def test_readme_has_examples():
@@ -24,6 +43,17 @@ def test_quick_start_runs_against_a_real_broker(servers, capsys):
     out = capsys.readouterr().out
     assert "SEND_OK Orders@broker-a:" in out
     assert "Orders paid ['order-17'] b'{\"id\": 17}'" in out
+
+
+def test_readme_first_screen_comes_first():
+    """What rocketq is, prerequisites, install, start and stop, a terminal hello and a Python
+    example, then links: all before the first second-level heading."""
+    text = README.read_text(encoding="utf-8")
+    first = text[:text.index("\n## ")]
+    for needle in ("Prerequisites", "make run", "Ctrl-C", "rocketq-data", "rm -rf",
+                   "rocketq admin send", "rocketq admin tail", "```python", "docs/client.md"):
+        assert needle in first, needle
+    assert len(text.splitlines()) < 250
 
 
 def test_store_example_runs(capsys):
@@ -60,7 +90,7 @@ def test_security_example_runs_against_an_acl_and_tls_broker(tmp_path, capsys):
     from .certs import make_pki
     from .servers import ServerThread
 
-    text = README.read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
     pki = make_pki(tmp_path / "pki")
@@ -78,3 +108,136 @@ def test_security_example_runs_against_an_acl_and_tls_broker(tmp_path, capsys):
     finally:
         st.stop()
     assert capsys.readouterr().out == "SEND_OK\n"
+
+
+# -- the first screen, followed literally from a fresh copy of the checkout -----------------
+
+#: What a fresh clone does not have: built files, venvs, data.
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "*.egg-info", "rocketq-data", "rocketq-cluster", "__pycache__",
+    ".pytest_cache", ".ruff_cache", ".hypothesis", "*.so", "_ccodec.c", "tests", "benchmarks")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fresh_copy(tmp_path: pathlib.Path) -> pathlib.Path:
+    checkout = tmp_path / "rocketq"
+    shutil.copytree(ROOT, checkout, ignore=COPY_IGNORE)
+    return checkout
+
+
+def user_env(venv_bin: pathlib.Path, **extra: str) -> dict[str, str]:
+    """The environment of a shell where `source .venv/bin/activate` ran."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ROCKETQ_NO_EXTENSIONS")}
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv_bin.parent)
+    env.update(extra)
+    return env
+
+
+def wait_for_route(namesrv: str, deadline: float) -> None:
+    from .conftest import fetch_route
+
+    while time.monotonic() < deadline:
+        try:
+            if fetch_route(namesrv, "TBW102"):
+                return
+        except Exception:
+            pass
+        time.sleep(0.3)
+    raise AssertionError("the broker never registered")
+
+
+def run_hello(python: str, tmp_path: pathlib.Path, namesrv: str, env: dict[str, str]) -> str:
+    """The first screen's Python example, saved as hello.py in a directory of its own."""
+    block = next(b for b in readme_blocks("python") if "PushConsumer" in b)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "hello.py").write_text(block.replace('"127.0.0.1:9876"', repr(namesrv)))
+    done = subprocess.run([python, "hello.py"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_first_screen_from_a_fresh_checkout(tmp_path):
+    """`make run` in a copy of the checkout (its own venv, what a broker needs), then the
+    terminal hello with the venv activated, then hello.py twice from another directory: the
+    second run gets only its own message, as leaving `with` committed the first's offsets."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    install = readme_blocks("sh")[0]
+    assert "make run" in install
+    checkout = fresh_copy(tmp_path)
+    ns_port, broker_port = free_port(), free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    server = subprocess.Popen(
+        ["make", "run", f"RUN_ARGS=--namesrv-port {ns_port} --broker-port {broker_port} "
+                        f"--data-dir {data}"],
+        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        wait_for_route(namesrv, time.monotonic() + 240)
+        venv_bin = checkout / ".venv" / "bin"
+        installed = subprocess.run([venv_bin / "pip", "list", "--format=freeze"],
+                                   capture_output=True, text=True, timeout=60).stdout
+        assert "pyspark" not in installed.lower() and "pytest" not in installed.lower()
+        shell = user_env(venv_bin, NAMESRV_ADDR=namesrv)
+        terminal = readme_blocks("sh")[1]
+        commands = [line.split("#")[0].strip() for line in terminal.splitlines()
+                    if line.startswith("rocketq ")]
+        assert len(commands) == 2
+        outputs = []
+        for command in commands:
+            done = subprocess.run(command, shell=True, cwd=tmp_path, env=shell,
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, (command, done.stdout, done.stderr)
+            outputs.append(done.stdout)
+        assert "hello, world" in outputs[1]
+        first = run_hello("python", tmp_path, namesrv, shell)
+        second = run_hello("python", tmp_path, namesrv, shell)
+        for out in (first, second):
+            assert out.startswith("SEND_OK Orders@broker-a:"), out
+            assert out.count("Orders paid ['order-17'] b'{\"id\": 17}'") == 1, out
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        try:
+            log = server.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            log = server.communicate()[0]
+    assert server.returncode in (0, 2), log  # make reports an interrupted recipe as 2
+    assert "Traceback" not in log, log
+    assert (data / "commitlog").is_dir()
+
+
+@pytest.mark.slow
+def test_wheel_from_the_checkout_installs_anywhere(tmp_path):
+    """The documented `pip wheel --no-deps -w dist .` builds a wheel with the compiled codec
+    and py.typed, and it installs into a fresh venv that starts a standalone broker."""
+    checkout = fresh_copy(tmp_path)
+    python = sys.executable
+    subprocess.run([python, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
+    venv_bin = tmp_path / "venv" / "bin"
+    build = subprocess.run([venv_bin / "pip", "wheel", "--quiet", "--no-deps", "-w", "dist",
+                            "."], cwd=checkout, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    assert "deprecated" not in build.stderr, build.stderr
+    (wheel,) = (checkout / "dist").glob("rocketq-*.whl")
+    install = subprocess.run([venv_bin / "pip", "install", "--quiet", str(wheel)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    env = user_env(venv_bin)
+    probe = subprocess.run(
+        [venv_bin / "python", "-c", "import importlib.resources, rocketq.protocol.codec as c;"
+         "print(c.COMPILED, importlib.resources.files('rocketq').joinpath('py.typed')"
+         ".is_file())"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split() == ["True", "True"], probe.stderr
