@@ -37,6 +37,7 @@ from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
 from ..store.config import SLAVE, SYNC_MASTER
+from ..store.lock import StoreLock
 from .admin_requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
@@ -47,7 +48,7 @@ from .message_queries import MessageQueries
 from .offset_requests import OffsetRequests
 from .offsets import ConsumerOffsets
 from .pull import PullProcessor
-from .registration import Registration
+from .registration import DuplicateBrokerError, Registration
 from .replicas import ReplicasManager, Role, consistent_point
 from .security import access_control, inner_credentials, outgoing_tls, tls_settings
 from .send import SendProcessor
@@ -75,7 +76,11 @@ class Broker:
     """A broker over a MessageStore. ``await start()``, ``await stop()``."""
 
     def __init__(self, config: BrokerConfig | None = None,
-                 store_config: MessageStoreConfig | None = None) -> None:
+                 store_config: MessageStoreConfig | None = None, *,
+                 store_lock: StoreLock | None = None) -> None:
+        """``store_lock``: the lock on ``storePathRootDir``, when the caller took it before
+        anything else (``rocketq broker`` does, so that a second broker on the same store
+        reads no file of it); ``start()`` takes it otherwise."""
         if config is None:
             config, default_store = load_broker_conf({})
             store_config = store_config or default_store
@@ -107,6 +112,8 @@ class Broker:
         self.namesrv_client = RemotingClient(signer=inner.sign if inner else None,
                                              ssl=self._outgoing_tls)
         self.store: MessageStore | None = None  # type: ignore[assignment]
+        #: The store root's lock: taken first in start(), released when the store closes.
+        self.store_lock = store_lock
         self._writer: StoreWriter | None = None
         #: Replication: the master's HA port, or the slave's link to its master.
         self.ha_server: HAServer | None = None
@@ -198,14 +205,35 @@ class Broker:
     def address(self) -> str:
         return self.config.broker_addr
 
+    def lock_store(self) -> StoreLock:
+        """Take the store root's lock if this broker does not hold it yet. Raises
+        StoreLockedError, naming the process that holds it, when another broker runs on the
+        same store: it must not bind, register or write anything beside that one."""
+        if self.store_lock is None or not self.store_lock.held:
+            self.store_lock = StoreLock.acquire(self.store_config.storePathRootDir,
+                                                self._lock_owner())
+        return self.store_lock
+
+    def _lock_owner(self) -> str:
+        cfg = self.config
+        return (f"broker {cfg.brokerName} of cluster {cfg.brokerClusterName}, id "
+                f"{cfg.brokerId}, at {cfg.broker_addr}")
+
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        port = self.server.bind()
+        lock = self.lock_store()  # first: a second broker on this store stops here
+        try:
+            port = self.server.bind()
+        except BaseException:
+            lock.release()
+            raise
         self.config.listenPort = port
         self.store_config.listenPort = port
+        lock.describe(self._lock_owner())
         # Opening the store may scan files after a crash: keep the loop free meanwhile.
         self.store = await asyncio.to_thread(MessageStore, self.store_config,
-                                             consumer_offsets=self.offsets.committed)
+                                             consumer_offsets=self.offsets.committed,
+                                             lock=lock)
         self.store.dispatch_via(self.loop.call_soon)
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
@@ -242,6 +270,13 @@ class Broker:
             await self.replicas.start()
         else:
             await self.registration.register_all()  # routes exist once start() returns
+            if self.registration.conflicts:
+                # Another live broker has this name and id: this one would only be a stray
+                # copy of it. Stop, rather than run outside the routes unnoticed.
+                namesrv, why = next(iter(self.registration.conflicts.items()))
+                await self.stop()
+                raise DuplicateBrokerError(f"broker {self.config.brokerName} at {self.address} "
+                                           f"not started: NameServer {namesrv}: {why}")
         self._tasks = [self.loop.create_task(self.registration.run()),
                        self.loop.create_task(self._housekeeping()),
                        self.loop.create_task(self.stats.run())]
@@ -336,6 +371,8 @@ class Broker:
         self.store.limit_dispatch(None)
         self.store.set_role(SYNC_MASTER)
         self.config.brokerId = 0
+        # The NameServers give id 0 to the registration of the highest epoch.
+        self.topics.next_version(role.master_epoch)
         await self._start_master_side()
         assert self.ha_server is not None
         # Consumers see no message a failover could take back: dispatch stops at the
@@ -374,6 +411,7 @@ class Broker:
         await self._stop_slave_side()
         self.store.set_role(SLAVE)
         self.config.brokerId = self.replicas.broker_id
+        self.topics.next_version(role.master_epoch)
         try:
             theirs, their_end = await self.replicas.master_epochs(role.master_addr)
         except (RemotingError, OSError, ValueError, KeyError) as exc:

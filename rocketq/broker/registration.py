@@ -26,6 +26,11 @@ from .topics import TopicTable
 log = logging.getLogger("rocketq.broker")
 
 
+class DuplicateBrokerError(ValueError):
+    """A NameServer refused this broker's registration: another broker, alive at another
+    address, is registered under the same brokerName and brokerId."""
+
+
 class Registration:
     """Keeps the broker registered with the NameServers named in its config."""
 
@@ -49,6 +54,9 @@ class Registration:
         #: holds its lease). A master paused past its lease must not displace the one
         #: elected meanwhile when it wakes.
         self.may_register_as_master: Callable[[], bool] | None = None
+        #: NameServer -> why it refused the last registration because another live broker
+        #: holds this broker's name and id (empty when none did).
+        self.conflicts: dict[str, str] = {}
 
     def start(self) -> None:
         """From now on a change of the topics registers at once (see ``soon``)."""
@@ -94,6 +102,15 @@ class Registration:
             try:
                 r = await self.client.invoke(
                     addr, cmd, self.config.registerBrokerTimeoutMills / 1000)
+                holder = r.ext_fields.get("conflictBrokerAddr")
+                if r.code != ResponseCode.SUCCESS and holder:
+                    log.error("NameServer %s refused this broker (%s at %s, id %d): %s is "
+                              "registered under the same name and id and alive; this broker "
+                              "is not in its routes", addr, self.config.brokerName,
+                              self.config.broker_addr, self.config.brokerId, holder)
+                    self.conflicts[addr] = r.remark or f"{holder} holds the name and id"
+                    return
+                self.conflicts.pop(addr, None)
                 if r.code != ResponseCode.SUCCESS:
                     log.warning("NameServer %s refused registration: %s", addr, r.remark)
                 elif self.config.brokerId != 0:

@@ -255,12 +255,18 @@ class TopicTable:
             if changes:
                 self._change(changes)
 
-    def next_version(self) -> None:
+    def next_version(self, state_version: int | None = None) -> None:
         """Advance the DataVersion without changing a topic, so that the NameServers re-read
         the table at the next registration (the broker's permission changed, which the
         registration applies to every topic). Only in memory, as RocketMQ does: the table on
-        disk is the same, and a restarted broker registers anew anyway."""
+        disk is the same, and a restarted broker registers anew anyway.
+
+        ``state_version``: controller mode's master epoch, set on each role change (RocketMQ
+        5's ``nextVersion(newMasterEpoch)``): a NameServer hands id 0 over from an old master
+        that still looks alive only to a registration with a higher one."""
         with self.lock:
+            if state_version is not None:
+                self.data_version.state_version = state_version
             self.data_version.next()
 
     def create_in_send(self, topic: str, default_topic: str, queue_nums: int

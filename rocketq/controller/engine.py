@@ -72,6 +72,9 @@ class RaftEngine:
         self.data_dir = data_dir
         self._obj: Any = None
         self._consumer: Any = None
+        #: The lock on ``data_dir`` while this node runs: two nodes appending to one journal
+        #: would corrupt it.
+        self._lock: Any = None
 
     async def start(self) -> None:
         from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
@@ -89,13 +92,23 @@ class RaftEngine:
                            connectionRetryTime=1.0, raftMinTimeout=0.4, raftMaxTimeout=1.0,
                            appendEntriesPeriod=0.05, commandsWaitLeader=True)
         if self.data_dir:
-            os.makedirs(self.data_dir, exist_ok=True)
+            from ..dirlock import DirectoryLock
+
+            # Before pysyncobj opens the journal or binds the Raft port: a second controller
+            # on this directory is refused (DirectoryLockedError) and the first goes on.
+            self._lock = DirectoryLock.acquire(
+                self.data_dir, f"controller {self.self_addr} (Raft {raft_address(self.self_addr)})",
+                what="controller data directory")
             conf.journalFile = os.path.join(self.data_dir, "raft.journal")
             conf.fullDumpFile = os.path.join(self.data_dir, "raft.dump")
         self._consumer = Replicated()
-        self._obj = await asyncio.to_thread(
-            SyncObj, raft_address(self.self_addr), [raft_address(p) for p in self.peers],
-            conf, [self._consumer])
+        try:
+            self._obj = await asyncio.to_thread(
+                SyncObj, raft_address(self.self_addr), [raft_address(p) for p in self.peers],
+                conf, [self._consumer])
+        except BaseException:
+            self._release_lock()
+            raise
         log.info("controller Raft node %s started (peers %s)", raft_address(self.self_addr),
                  ", ".join(self.peers) or "none")
 
@@ -105,6 +118,12 @@ class RaftEngine:
             obj.destroy()
             # The tick thread closes the sockets on its next round.
             await asyncio.sleep(0.1)
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     @property
     def state(self) -> ControllerState:

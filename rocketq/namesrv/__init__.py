@@ -156,6 +156,16 @@ class NameServer:
             cmd.field("brokerName") or "", cmd.int_field("brokerId", 0),
             cmd.field("haServerAddr") or "", topic_configs, data_version,
             timeout_ms=int(timeout) if timeout and timeout.isdigit() else None, connection=conn)
+        if result.holder is not None:
+            # Two brokers under one name and id would take each other's routes: the one
+            # registered and alive keeps them (see routes.py for controller-mode failover).
+            remark = (f"broker {cmd.field('brokerName')} id {cmd.int_field('brokerId', 0)} is "
+                      f"registered from {result.holder}, which is alive: "
+                      f"{cmd.field('brokerAddr')} refused (stop {result.holder} first, or give "
+                      f"this broker another brokerName or brokerId)")
+            log.error("%s", remark)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, {"conflictBrokerAddr": result.holder},
+                                remark=remark)
         return cmd.response(ResponseCode.SUCCESS, {"masterAddr": result.master_addr,
                                                    "haServerAddr": result.ha_server_addr})
 

@@ -1,6 +1,15 @@
 """The NameServer's route table (RocketMQ's RouteInfoManager): which brokers are alive, which
 clusters they belong to, and which queues each holds for each topic. Memory only; brokers
 re-register every 30 s and are dropped after ``heartbeatTimeoutMillis`` (120 s) of silence.
+
+One address per broker name and id. A registration of a name and id that another address
+holds is refused while that holder is alive (heard from within its timeout, its connection
+open) unless it brings a higher ``dataVersion.stateVersion``: a stray broker started with a
+copied config would otherwise take the routes of the real one. Controller mode moves id 0
+legitimately: the elected master registers with its master epoch as ``stateVersion`` (as
+RocketMQ 5's ReplicasManager does), above the old master's, so a failover goes through even
+while the old master, paused or cut off, still looks alive. RocketMQ itself refuses only a
+lower ``stateVersion``.
 """
 
 from __future__ import annotations
@@ -57,6 +66,20 @@ class BrokerLiveInfo:
 class RegisterResult:
     master_addr: str | None
     ha_server_addr: str | None
+    #: Set when the registration was refused: the live address that holds the name and id.
+    holder: str | None = None
+
+
+def state_version(data_version: dict[str, Any]) -> int:
+    """A registration's ``dataVersion.stateVersion`` (0 when absent or not a number)."""
+    value = data_version.get("stateVersion", 0)
+    return value if type(value) is int else 0
+
+
+def connection_open(connection: Any) -> bool:
+    """Whether a broker's connection is still open (True when unknown)."""
+    closed = getattr(connection, "closed", None)
+    return closed is None or not closed.done()
 
 
 class RouteTable:
@@ -78,6 +101,10 @@ class RouteTable:
         changed (or on first registration), as RocketMQ does."""
         now = time.monotonic() if now is None else now
         with self.lock:
+            holder = self.holder_in_the_way(broker_name, broker_addr, broker_id, data_version,
+                                            connection, now)
+            if holder is not None:
+                return RegisterResult(None, None, holder)
             self.clusters.setdefault(cluster, set()).add(broker_name)
             broker = self.brokers.get(broker_name)
             first = broker is None
@@ -104,6 +131,30 @@ class RouteTable:
             master = broker.addrs.get(MASTER_ID)
             master_live = self.live.get(master) if master else None
             return RegisterResult(master, master_live.ha_server_addr if master_live else None)
+
+    def holder_in_the_way(self, broker_name: str, broker_addr: str, broker_id: int,
+                          data_version: dict[str, Any], connection: Any = None,
+                          now: float | None = None) -> str | None:
+        """The address that keeps ``broker_name``/``broker_id`` against a registration from
+        ``broker_addr``, or None when that registration may take it: the holder is another
+        address, alive (within its heartbeat timeout, its connection open, not the same
+        connection as this registration's), and the newcomer's ``stateVersion`` is not
+        above the holder's."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            broker = self.brokers.get(broker_name)
+            old_addr = broker.addrs.get(broker_id) if broker is not None else None
+            if old_addr is None or old_addr == broker_addr:
+                return None
+            live = self.live.get(old_addr)
+            if live is None or (now - live.last_update) * 1000 > live.timeout_ms:
+                return None
+            if live.connection is not None and (live.connection is connection
+                                                or not connection_open(live.connection)):
+                return None  # the same broker moving, or a holder that is gone
+            if state_version(data_version) > state_version(live.data_version):
+                return None  # a newer master epoch: controller-mode failover
+            return old_addr
 
     def _apply_topics(self, broker_name: str, topic_configs: dict[str, dict[str, Any]]) -> None:
         for topic, cfg in topic_configs.items():

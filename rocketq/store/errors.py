@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 
+from ..dirlock import DirectoryLockedError
+
 
 class StoreError(Exception):
     """Base class of message store errors."""
@@ -46,3 +48,9 @@ class InSyncReplicasNotEnoughError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store was shut down."""
+
+
+class StoreLockedError(StoreError, DirectoryLockedError):
+    """Another process (or another open in this one) holds the store root's ``lock`` file: it
+    runs on this store, and a second writer would corrupt it. Nothing was touched.
+    ``directory``, ``pid`` and ``owner`` name the other side (see rocketq.dirlock)."""

@@ -45,6 +45,7 @@ from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
 from .errors import DiskFullError, SlaveNotWritableError, StoreClosedError, is_disk_full
 from .flush import CommitLogFlusher, GroupCommit, flush_logics
 from .index import Index
+from .lock import StoreLock
 from .reads import GetResult, GetStatus, get_messages
 from .recovery import recover
 from .retention import (
@@ -70,8 +71,16 @@ class MessageStore:
     """
 
     def __init__(self, config: MessageStoreConfig, *, start: bool = True,
-                 consumer_offsets: ConsumerOffsetsView | None = None) -> None:
+                 consumer_offsets: ConsumerOffsetsView | None = None,
+                 lock: StoreLock | None = None, owner: str = "") -> None:
+        """``lock``: the store root's lock, taken already by the caller (a broker takes it
+        before it binds its port); the store takes it itself otherwise, describing itself as
+        ``owner``. Either way the store releases it on :meth:`close`."""
         self.config = config
+        #: The exclusive lock on the store root, held from :meth:`start` to :meth:`close`:
+        #: a second store on the same files is refused (StoreLockedError).
+        self.lock = lock
+        self.owner = owner
         #: The broker's committed consumer offsets: retention names the groups that lose
         #: messages when files go before they are read (None: nobody is named).
         self.consumer_offsets = consumer_offsets
@@ -138,7 +147,24 @@ class MessageStore:
 
     # ================================================================== lifecycle
     def start(self) -> None:
-        """Load files, recover, and start the background threads."""
+        """Lock the store root, then load files, recover, and start the background threads.
+
+        Raises StoreLockedError, having read or written nothing, when another store (another
+        process, or another open in this one) holds the root: two writers on one CommitLog
+        would each take the other's appends for a crash to recover from."""
+        root = self.config.storePathRootDir
+        if self.lock is None or not self.lock.held:
+            self.lock = StoreLock.acquire(root, self.owner or "rocketq message store")
+        elif os.path.abspath(root) != self.lock.directory:
+            raise ValueError(f"the lock given is on {self.lock.directory}, not on {root}")
+        try:
+            self._open()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self) -> None:
+        """Load files, recover, and start the background threads (the lock held)."""
         cfg = self.config
         os.makedirs(cfg.storePathRootDir, exist_ok=True)
         t0 = time.monotonic()
@@ -167,9 +193,18 @@ class MessageStore:
                  " (recovered after a crash)" if self.recovered_abnormally else "")
 
     def close(self) -> None:
-        """Stop threads, flush everything, write a clean checkpoint and drop the abort marker."""
+        """Stop threads, flush everything, write a clean checkpoint, drop the abort marker and
+        release the store root's lock."""
         if not self.running:
             return
+        try:
+            self._shut()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _shut(self) -> None:
+        """Stop, flush and close the files (the lock still held)."""
         self.running = False
         self._stop.set()
         if self.group_commit:
