@@ -21,15 +21,20 @@ if TYPE_CHECKING:
         AllocateAveragelyByCircle,
         AllocateByConfig,
         AllocateConsistentHash,
+        ArgumentTypeError,
         BrokerError,
         ClientError,
+        ClientTimeoutError,
+        ConnectionClosedError,
         ConsumeResult,
+        InvalidArgumentError,
         LocalTransactionState,
         Message,
         MessageQueue,
         MessageSelector,
         MessageValidationError,
         NameServerError,
+        NoMasterError,
         ReceivedMessage,
         SendResult,
         SendStatus,
@@ -38,27 +43,32 @@ if TYPE_CHECKING:
         create_reply,
         select_by_hash,
     )
+    from .client.admin import ConsumerProgress, QueueProgress
     from .client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
 
 #: Where each exported name lives; the synchronous classes come from ``client.sync``.
 _SOURCES = {
     **dict.fromkeys([
         "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
-        "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult",
+        "AllocateConsistentHash", "ArgumentTypeError", "BrokerError", "ClientError",
+        "ClientTimeoutError", "ConnectionClosedError", "ConsumeResult", "InvalidArgumentError",
         "LocalTransactionState", "Message", "MessageQueue", "MessageSelector",
-        "MessageValidationError", "NameServerError", "ReceivedMessage", "SendResult",
-        "SendStatus", "TransactionListener", "TransactionSendResult", "create_reply",
-        "select_by_hash"], ".client"),
+        "MessageValidationError", "NameServerError", "NoMasterError", "ReceivedMessage",
+        "SendResult", "SendStatus", "TransactionListener", "TransactionSendResult",
+        "create_reply", "select_by_hash"], ".client"),
     **dict.fromkeys(["Admin", "Producer", "PullConsumer", "PushConsumer",
                      "TransactionProducer"], ".client.sync"),
+    **dict.fromkeys(["ConsumerProgress", "QueueProgress"], ".client.admin"),
 }
 
 __all__ = [
     "Admin", "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
-    "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult",
-    "LocalTransactionState", "Message", "MessageQueue", "MessageSelector",
-    "MessageValidationError", "NameServerError", "Producer", "PullConsumer", "PushConsumer",
-    "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener",
+    "AllocateConsistentHash", "ArgumentTypeError", "BrokerError", "ClientError",
+    "ClientTimeoutError", "ConnectionClosedError", "ConsumeResult", "ConsumerProgress",
+    "InvalidArgumentError", "LocalTransactionState", "Message", "MessageQueue",
+    "MessageSelector", "MessageValidationError", "NameServerError", "NoMasterError", "Producer",
+    "PullConsumer", "PushConsumer", "QueueProgress", "ReceivedMessage", "SendResult",
+    "SendStatus", "TransactionListener",
     "TransactionProducer", "TransactionSendResult", "__version__", "create_reply",
     "select_by_hash",
 ]

@@ -16,15 +16,20 @@ from .client import (
     AllocateAveragelyByCircle,
     AllocateByConfig,
     AllocateConsistentHash,
+    ArgumentTypeError,
     BrokerError,
     ClientError,
+    ClientTimeoutError,
+    ConnectionClosedError,
     ConsumeResult,
+    InvalidArgumentError,
     LocalTransactionState,
     Message,
     MessageQueue,
     MessageSelector,
     MessageValidationError,
     NameServerError,
+    NoMasterError,
     ReceivedMessage,
     SendResult,
     SendStatus,
@@ -34,6 +39,7 @@ from .client import (
     select_by_hash,
 )
 from .client.admin import AsyncAdmin as Admin
+from .client.admin import ConsumerProgress, QueueProgress
 from .client.producer import AsyncProducer as Producer
 from .client.pull import AsyncPullConsumer as PullConsumer
 from .client.push import AsyncPushConsumer as PushConsumer
@@ -41,10 +47,12 @@ from .client.transaction import AsyncTransactionProducer as TransactionProducer
 
 __all__ = [
     "Admin", "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
-    "AllocateConsistentHash", "BrokerError", "ClientError", "ConsumeResult",
-    "LocalTransactionState", "Message", "MessageQueue", "MessageSelector",
-    "MessageValidationError", "NameServerError", "Producer", "PullConsumer", "PushConsumer",
-    "ReceivedMessage", "SendResult", "SendStatus", "TransactionListener",
+    "AllocateConsistentHash", "ArgumentTypeError", "BrokerError", "ClientError",
+    "ClientTimeoutError", "ConnectionClosedError", "ConsumeResult", "ConsumerProgress",
+    "InvalidArgumentError", "LocalTransactionState", "Message", "MessageQueue",
+    "MessageSelector", "MessageValidationError", "NameServerError", "NoMasterError", "Producer",
+    "PullConsumer", "PushConsumer", "QueueProgress", "ReceivedMessage", "SendResult",
+    "SendStatus", "TransactionListener",
     "TransactionProducer", "TransactionSendResult", "__version__", "create_reply",
     "select_by_hash",
 ]

@@ -39,7 +39,7 @@ def publish(namesrv: str, count: int, start_ms: int, step_ms: int, rate: float =
     began = time.monotonic()
     with Producer("clickstream-generator", namesrv=namesrv) as producer:
         for n, event in enumerate(events(count, start_ms, step_ms)):
-            producer.send(Message(topic, json.dumps(event), tags=event["action"],
+            producer.send(Message(topic, json.dumps(event).encode(), tags=event["action"],
                                   keys=[event["user"]]))
             sent.append(event)
             if rate:

@@ -6,7 +6,17 @@ from .allocate import (
     AllocateByConfig,
     AllocateConsistentHash,
 )
-from .errors import BrokerError, ClientError, MessageValidationError, NameServerError
+from .errors import (
+    ArgumentTypeError,
+    BrokerError,
+    ClientError,
+    ClientTimeoutError,
+    ConnectionClosedError,
+    InvalidArgumentError,
+    MessageValidationError,
+    NameServerError,
+    NoMasterError,
+)
 from .message import (
     Message,
     MessageQueue,
@@ -26,4 +36,6 @@ __all__ = [
     "MessageQueue", "MessageValidationError", "NameServerError", "ReceivedMessage",
     "SendResult", "SendStatus", "select_by_hash", "LocalTransactionState",
     "TransactionListener", "TransactionSendResult", "MessageSelector", "create_reply",
+    "ArgumentTypeError", "ClientTimeoutError", "ConnectionClosedError", "InvalidArgumentError",
+    "NoMasterError",
 ]

@@ -1,10 +1,12 @@
-"""Message queries (RocketMQ's MQAdminImpl): by id, by key and time, offsets by time."""
+"""Administration (RocketMQ's MQAdminImpl and the parts of mqadmin a program needs): topics,
+consumer progress, message queries by id, by key and time, offsets by time."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
 import time
+from dataclasses import dataclass
 
 from ..acl import Credentials
 from ..protocol import (
@@ -20,9 +22,56 @@ from .errors import ClientError
 from .instance import ClientInstance
 from .message import MessageQueue, ReceivedMessage
 
+#: Queues of a topic created without saying how many: the default of mqadmin's updateTopic
+#: and of a broker's defaultTopicQueueNums.
+DEFAULT_TOPIC_QUEUES = 8
+#: Prefixes of the topics brokers keep for themselves: a search through every topic tries
+#: them last.
+_SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_",
+                          "TBW102")
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    """How far a consumer group has come in one queue (a row of mqadmin consumerProgress)."""
+
+    queue: MessageQueue
+    #: The queue's max offset: where the next message stored will go.
+    broker_offset: int
+    #: The group's committed offset: the next message it will consume.
+    consumer_offset: int
+    #: When the last message the group consumed was stored, ms since the epoch (0: unknown).
+    last_timestamp: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Messages stored and not consumed yet (never negative)."""
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+@dataclass(frozen=True)
+class ConsumerProgress:
+    """A consumer group's progress through every queue it has offsets in (or of one topic)."""
+
+    group: str
+    #: One entry per queue, by topic, broker and queue id.
+    queues: list[QueueProgress]
+
+    @property
+    def total_lag(self) -> int:
+        """The sum of the queues' lags: what the group still has to consume."""
+        return sum(q.lag for q in self.queues)
+
+    def lag_by_topic(self) -> dict[str, int]:
+        """``topic -> lag`` summed over the topic's queues."""
+        out: dict[str, int] = {}
+        for q in self.queues:
+            out[q.queue.topic] = out.get(q.queue.topic, 0) + q.lag
+        return out
+
 
 class AsyncAdmin:
-    """Look messages up across the brokers of a topic."""
+    """Topics, consumer progress and message queries across the brokers a NameServer knows."""
 
     def __init__(self, namesrv: str, *,
                  credentials: Credentials | tuple[str, ...] | None = None,
@@ -55,7 +104,8 @@ class AsyncAdmin:
                 out[name] = addrs[0]
         return out
 
-    async def create_topic(self, topic: str, queues: int = 4, *, cluster: str | None = None,
+    async def create_topic(self, topic: str, queues: int = DEFAULT_TOPIC_QUEUES, *,
+                           cluster: str | None = None,
                            perm: int = 6, order: bool = False) -> dict[str, str]:
         """Create (or update) ``topic`` with ``queues`` read and write queues on every master
         broker (of ``cluster``); returns the brokers it was created on."""
@@ -71,6 +121,118 @@ class AsyncAdmin:
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(f"creating {topic} on {name} ({addr}): {r.remark}")
         return masters
+
+    async def list_topics(self) -> list[str]:
+        """Every topic the NameServer knows, sorted (mqadmin topicList), system ones included:
+        those brokers create for retries, dead letters and their own use."""
+        r = await self.instance.invoke_namesrv(lambda: RemotingCommand.request(
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(f"topic list: {r.remark} (code {r.code})")
+        return sorted(fastjson.loads(r.body).get("topicList") or [])
+
+    async def _broker_topics(self, addr: str) -> set[str]:
+        """The topics a broker holds (GET_ALL_TOPIC_CONFIG)."""
+        r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
+            RequestCode.GET_ALL_TOPIC_CONFIG))
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(f"topic table of {addr}: {r.remark} (code {r.code})")
+        return set(fastjson.loads(r.body).get("topicConfigTable") or {})
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Delete ``topic`` from every master broker (of ``cluster``) and from the NameServers
+        (mqadmin deleteTopic): its queues, messages and consumer offsets go. Returns the names
+        of the brokers that held it. Raises ClientError when neither a NameServer nor a master
+        knows the topic, so that a misspelt name is not taken for a deleted topic."""
+        masters = await self.masters(cluster)
+        holders = [name for name, addr in sorted(masters.items())
+                   if topic in await self._broker_topics(addr)]
+        if not holders and await self.instance.fetch_route(topic) is None:
+            raise ClientError(f"topic {topic} does not exist")
+        for name, addr in sorted(masters.items()):
+            r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(f"deleting {topic} on {name} ({addr}): {r.remark}")
+        for addr in self.instance.namesrv_addrs:
+            r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}))
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(f"deleting {topic} on the NameServer {addr}: {r.remark}")
+        self.instance.routes.pop(topic, None)
+        return holders
+
+    async def consumer_progress(self, group: str, topic: str | None = None
+                                ) -> ConsumerProgress:
+        """Where ``group`` stands in each queue of ``topic`` (default: of every topic it has
+        offsets in or subscribes to), from every master broker: the queue's max offset, the
+        group's committed offset, and the lag between them (mqadmin consumerProgress). A
+        group no broker knows has no queues."""
+        ext = {"consumerGroup": group}
+        if topic:
+            ext["topic"] = topic
+        rows = []
+        for name, addr in sorted((await self.masters()).items()):
+            r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.GET_CONSUME_STATS, ext))
+            if r.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                continue  # the broker has no offsets of the group (RocketMQ's answer)
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(f"progress of {group} on {name} ({addr}): {r.remark} "
+                                  f"(code {r.code})")
+            for mq, stats in fastjson.loads(r.body)["offsetTable"].items:
+                rows.append(QueueProgress(
+                    MessageQueue(mq["topic"], mq.get("brokerName") or name, mq["queueId"]),
+                    int(stats["brokerOffset"]), int(stats["consumerOffset"]),
+                    int(stats.get("lastTimestamp") or 0)))
+        rows.sort(key=lambda q: (q.queue.topic, q.queue.broker_name, q.queue.queue_id))
+        return ConsumerProgress(group, rows)
+
+    async def message_by_id(self, msg_id: str, topic: str | None = None) -> ReceivedMessage:
+        """The message with this id, whichever of RocketMQ's two ids it is (mqadmin
+        queryMsgById): the broker's offset id (store host, port and CommitLog offset), or
+        the producer's unique id (UNIQ_KEY, what a send returns as ``msg_id``), looked up
+        in ``topic`` or, without one, in every topic the NameServer knows."""
+        problem = ""
+        try:
+            _, port, _ = decode_offset_msg_id(msg_id)
+        except MessageFormatError:
+            raise ClientError(f"not a message id: {msg_id!r} (an id has 32 hex digits)") \
+                from None
+        if 0 < port < 65536:  # a unique id read as an offset id names no real port
+            try:
+                return await self.view_message(msg_id)
+            except (ClientError, OSError) as exc:
+                problem = f" (as an offset id: {exc})"
+        if topic:
+            found = await self.query_messages(topic, msg_id, max_num=1, unique=True)
+            if found:
+                return found[0]
+            raise ClientError(f"no message of {topic} with id {msg_id}{problem}")
+        topics = await self.list_topics()
+        # The users' topics first; the retry, dead-letter and system ones if need be.
+        for batch in ([t for t in topics if not t.startswith(_SYSTEM_TOPIC_PREFIXES)],
+                      [t for t in topics if t.startswith(_SYSTEM_TOPIC_PREFIXES)]):
+            found = await self._find_unique(batch, msg_id)
+            if found is not None:
+                return found
+        raise ClientError(f"no message with id {msg_id} in any topic{problem}")
+
+    async def _find_unique(self, topics: list[str], msg_id: str,
+                           parallel: int = 8) -> ReceivedMessage | None:
+        """The newest message with unique id ``msg_id`` in any of ``topics``."""
+        limit = asyncio.Semaphore(parallel)
+
+        async def one(topic: str) -> list[ReceivedMessage]:
+            async with limit:
+                try:
+                    return await self.query_messages(topic, msg_id, max_num=1, unique=True)
+                except (ClientError, OSError):
+                    return []  # a topic without a route, a broker that went away
+
+        found = [m for batch in await asyncio.gather(*(one(t) for t in topics))
+                 for m in batch]
+        return max(found, key=lambda m: m.store_timestamp) if found else None
 
     async def view_message(self, offset_msg_id: str) -> ReceivedMessage:
         """The message with this offset id (it names its broker and CommitLog offset)."""
@@ -117,6 +279,7 @@ class AsyncAdmin:
         return found[:max_num]
 
     async def query_message_by_unique_key(self, topic: str, msg_id: str) -> ReceivedMessage:
+        """The message of ``topic`` whose unique id (UNIQ_KEY) is ``msg_id``."""
         found = await self.query_messages(topic, msg_id, max_num=1, unique=True)
         if not found:
             raise ClientError(f"no message of {topic} with unique id {msg_id}")

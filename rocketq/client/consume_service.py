@@ -93,14 +93,22 @@ class MessageBack:
             return False
 
 
+def _name(listener: Any) -> str:
+    """How a log message names ``listener``: its qualified name, or its class's."""
+    name = getattr(listener, "__qualname__", None) or type(listener).__qualname__
+    module = getattr(listener, "__module__", None)
+    return f"{module}.{name}" if module else name
+
+
 class ConsumeService:
     """What both consume services share: calling the listener, committing consumed offsets,
     and the consume tasks in flight."""
 
-    #: What a listener that raised is taken to have answered.
+    #: What a listener that raised, or answered neither a ConsumeResult nor None, is taken
+    #: to have answered.
     failure_result = ConsumeResult.RECONSUME_LATER
 
-    def __init__(self, listener: Listener, executor: concurrent.futures.Executor | None,
+    def __init__(self, listener: Listener | None, executor: concurrent.futures.Executor | None,
                  offset_store: OffsetStore, back: MessageBack, *, group: str,
                  batch_size: int) -> None:
         self.listener = listener
@@ -142,28 +150,43 @@ class ConsumeService:
             self.offset_store.update(pq.mq, offset, increase_only=True)
 
     async def call_listener(self, batch: list[ReceivedMessage]) -> ConsumeResult | None:
-        """The listener's answer on ``batch``; ``failure_result`` when it raised."""
+        """The listener's answer on ``batch``; ``failure_result`` when it raised or returned
+        something that is neither a ConsumeResult nor None.
+
+        Any other answer (``False``, ``True``, a string...) is a failure rather than an
+        acknowledgement: taking it for success would lose messages a listener meant to
+        refuse, while a retry of a batch it meant to accept only repeats it."""
         listener = self.listener
+        if listener is None:  # queues are taken once there is a listener; if it was unset
+            return self.failure_result
         try:
             if inspect.iscoroutinefunction(listener):
-                return await listener(batch)
-            result = await asyncio.get_running_loop().run_in_executor(self.executor, listener,
-                                                                      batch)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+                result = await listener(batch)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, listener, batch)
+                if inspect.isawaitable(result):
+                    result = await result
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("listener of group %s failed on %d message(s)", self.group,
                           len(batch))
             return self.failure_result
+        if result is None or isinstance(result, ConsumeResult):
+            return result
+        log.error("listener %s of group %s returned %r, which is neither a ConsumeResult nor "
+                  "None: its %d message(s) will be delivered again. Return "
+                  "ConsumeResult.SUCCESS or None to acknowledge messages, "
+                  "ConsumeResult.RECONSUME_LATER or raise to have them retried",
+                  _name(listener), self.group, result, len(batch))
+        return self.failure_result
 
 
 class ConcurrentConsumeService(ConsumeService):
     """Batches of a queue consumed side by side; failed messages go back to the broker."""
 
-    def __init__(self, listener: Listener, executor: concurrent.futures.Executor | None,
+    def __init__(self, listener: Listener | None, executor: concurrent.futures.Executor | None,
                  offset_store: OffsetStore, back: MessageBack, *, group: str,
                  batch_size: int, broadcasting: bool) -> None:
         super().__init__(listener, executor, offset_store, back, group=group,
@@ -202,7 +225,7 @@ class OrderlyConsumeService(ConsumeService):
 
     failure_result = ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
-    def __init__(self, listener: Listener, executor: concurrent.futures.Executor | None,
+    def __init__(self, listener: Listener | None, executor: concurrent.futures.Executor | None,
                  offset_store: OffsetStore, back: MessageBack, *, group: str,
                  batch_size: int, needs_lock: bool, max_reconsume_times: int,
                  suspend_time: float) -> None:

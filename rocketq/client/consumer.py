@@ -26,8 +26,9 @@ from ..protocol import (
 from ..protocol.filter import Subscription
 from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
+from .checks import check_group
 from .consumer_calls import serve_consumer_calls, stop_consumer_calls
-from .errors import ClientError
+from .errors import ClientError, InvalidArgumentError
 from .instance import ClientInstance
 from .message import MessageQueue, MessageSelector
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
@@ -37,10 +38,29 @@ log = logging.getLogger("rocketq.client")
 
 FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
               "timestamp": "CONSUME_FROM_TIMESTAMP"}
+#: Other spellings of the starting positions (Kafka's and Spark's), accepted everywhere a
+#: starting position is: the client's ``from_where`` and the Spark options alike.
+FROM_WHERE_ALIASES = {"earliest": "first", "latest": "last"}
 MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
-#: Seconds before a rebalance looks again for a subscribed topic without a route (doubling
-#: up to the rebalance interval).
+#: Seconds between looks for a subscribed topic without a route (a topic the first send will
+#: create, the group's retry topic the broker creates at the first heartbeat) while it has
+#: been missing for less than MISSING_ROUTE_FAST_PERIOD seconds; after that the wait doubles
+#: up to MISSING_ROUTE_MAX_RETRY (or the rebalance interval, if shorter).
 MISSING_ROUTE_RETRY = 1.0
+MISSING_ROUTE_FAST_PERIOD = 30.0
+MISSING_ROUTE_MAX_RETRY = 5.0
+
+
+def starting_position(value: str, option: str = "from_where") -> str:
+    """``"first"``, ``"last"`` or ``"timestamp"`` for ``value``, which may also say
+    ``"earliest"`` (first) or ``"latest"`` (last), in any case. Raises ValueError naming
+    ``option`` and the accepted values for anything else."""
+    word = value.strip().lower() if isinstance(value, str) else value
+    word = FROM_WHERE_ALIASES.get(word, word)
+    if word not in FROM_WHERE:
+        raise InvalidArgumentError(f"{option} must be 'first' (or 'earliest'), 'last' "
+                                   f"(or 'latest') or 'timestamp', not {value!r}")
+    return word
 
 
 def pull_request(group: str, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription,
@@ -58,7 +78,14 @@ def pull_request(group: str, mq: MessageQueue, offset: int, max_nums: int, sub: 
 
 
 class GroupConsumer:
-    """Base of the push and pull consumers."""
+    """Base of the push and pull consumers.
+
+    ``from_where`` says where the group starts in a queue it has no committed offset for:
+    ``"last"`` (the default: messages sent from now on; a queue that still holds its first
+    message is read from there, as RocketMQ's brokers answer), ``"first"`` (every message
+    kept), or ``"timestamp"`` (the first message stored at or after ``consume_timestamp``,
+    ms since the epoch). ``"earliest"`` and ``"latest"`` are accepted for ``"first"`` and
+    ``"last"``, as the Spark options and Kafka spell them."""
 
     consume_type = "CONSUME_PASSIVELY"
     #: Clustering push consumers also consume their group's retry topic.
@@ -73,19 +100,15 @@ class GroupConsumer:
                  tls: bool | ssl.SSLContext | None = None,
                  instance: ClientInstance | None = None) -> None:
         if model not in MODELS:
-            raise ValueError(f"model must be one of {sorted(MODELS)}, not {model!r}")
-        if from_where not in FROM_WHERE:
-            raise ValueError(f"from_where must be one of {sorted(FROM_WHERE)}, not "
-                             f"{from_where!r}")
-        if not group or "%" in group:
-            raise ValueError(f"illegal consumer group {group!r}")
-        self.group = group
+            raise InvalidArgumentError(f"model must be one of {sorted(MODELS)}, not {model!r}")
+        from_where = starting_position(from_where)
+        self.group = check_group(group, "consumer")
         self.model = model
         self.from_where = from_where
         self.consume_timestamp = consume_timestamp
         if isinstance(allocate, str):
             if allocate not in STRATEGIES:
-                raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}")
+                raise InvalidArgumentError(f"allocate must be one of {sorted(STRATEGIES)}")
             allocate = STRATEGIES[allocate]()
         self.allocate: AllocateStrategy = allocate or AllocateAveragely()
         self.rebalance_interval = rebalance_interval
@@ -112,6 +135,8 @@ class GroupConsumer:
         self.start_timestamp = 0
         #: Held while the owned queues change (rebalance, assignment, an offset reset).
         self._queues_lock = asyncio.Lock()
+        #: Subscribed topics without a route -> when (loop time) a rebalance first missed it.
+        self._missing_since: dict[str, float] = {}
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -123,6 +148,35 @@ class GroupConsumer:
             text, kind = expression, "TAG"
         self.subscriptions[topic] = Subscription.parse(topic, text, kind,
                                                        int(time.time() * 1000))
+        self._changed()
+
+    def _ready(self) -> bool:
+        """Whether this member joins its group and takes queues yet (push consumers wait for
+        a listener, so that nothing is pulled before there is one to give it to)."""
+        return True
+
+    def _changed(self) -> None:
+        """The subscriptions (or the listener) changed while running: tell the brokers in a
+        heartbeat and rebalance now, not at the next rounds (30 s and 20 s away)."""
+        if not self.running:
+            return
+        task = asyncio.get_running_loop().create_task(self._announce())
+        self._tasks.append(task)
+        task.add_done_callback(
+            lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _announce(self) -> None:
+        try:
+            for topic in self._all_subscriptions():
+                if topic not in self.instance.routes:
+                    # Learn the brokers of a new topic first, so the heartbeat reaches them.
+                    with contextlib.suppress(ClientError, RemotingError, OSError):
+                        await self.instance.route(topic, refresh=True)
+            await self.instance.heartbeat_all()
+        except (ClientError, RemotingError, OSError) as exc:
+            log.info("heartbeat of group %s after a change failed: %s", self.group, exc)
+        if self._rebalance_now is not None:
+            self._rebalance_now.set()
 
     def _all_subscriptions(self) -> dict[str, Subscription]:
         subs = dict(self.subscriptions)
@@ -145,13 +199,15 @@ class GroupConsumer:
 
         def heartbeat() -> dict[str, Any]:
             data = dict(previous())
-            data["consumerDataSet"] = [*data.get("consumerDataSet", []),
-                                       self._heartbeat_data()]
+            if self._ready():
+                data["consumerDataSet"] = [*data.get("consumerDataSet", []),
+                                           self._heartbeat_data()]
             return data
 
         instance.heartbeat_data = heartbeat
         instance.on_request[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_notify
         self.start_timestamp = int(time.time() * 1000)
+        self._missing_since.clear()
         serve_consumer_calls(instance, self)
         await self.offset_store.load()
         await instance.start()
@@ -189,23 +245,28 @@ class GroupConsumer:
 
     async def _rebalance_loop(self) -> None:
         assert self._rebalance_now is not None
-        # While a subscribed topic has no route (a topic created after the consumer started,
-        # or the group's retry topic, which the broker creates at the first heartbeat and
-        # registers a moment later), look again after a second, then two, ... rather than
-        # after the whole interval: its first messages would otherwise wait 20 s.
+        # While a subscribed topic has no route (a topic its first send will create, or the
+        # group's retry topic, which the broker creates at the first heartbeat), look again
+        # every second for a while, then less often, rather than after the whole interval:
+        # the broker registers a new topic with the NameServers at once, and its first
+        # messages would otherwise wait for the next round, up to 20 s.
         wait_missing = MISSING_ROUTE_RETRY
         while self.running:
-            missing = False
             try:
                 if self.rebalancing:
-                    missing = await self.rebalance()
+                    await self.rebalance()
             except Exception:
                 log.exception("rebalance of group %s failed", self.group)
-            if missing:
-                timeout = min(wait_missing, self.rebalance_interval)
-                wait_missing *= 2
-            else:
+            loop = asyncio.get_running_loop()
+            since = [t for topic, t in self._missing_since.items()
+                     if topic in self._all_subscriptions()]
+            if not since or not self.rebalancing:
                 timeout, wait_missing = self.rebalance_interval, MISSING_ROUTE_RETRY
+            elif loop.time() - min(since) < MISSING_ROUTE_FAST_PERIOD:
+                timeout = wait_missing = MISSING_ROUTE_RETRY
+            else:
+                wait_missing = min(wait_missing * 2, MISSING_ROUTE_MAX_RETRY)
+                timeout = min(wait_missing, self.rebalance_interval)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._rebalance_now.wait()
@@ -214,17 +275,20 @@ class GroupConsumer:
     async def rebalance(self) -> bool:
         """Work out which queues this member owns now, and start or stop their pulls.
         Returns whether a subscribed topic had no route (its queues are not known yet)."""
+        if not self._ready():
+            return False
         missing = False
         for topic in self._all_subscriptions():
             try:
                 route = await self.instance.route(topic)
             except (ClientError, RemotingError, OSError) as exc:
                 log.info("rebalance: no route for %s: %s", topic, exc)
-                missing = True
-                continue
+                route = None
             if route is None:
+                self._missing_since.setdefault(topic, asyncio.get_running_loop().time())
                 missing = True
                 continue
+            self._missing_since.pop(topic, None)
             queues = sorted(route.subscribe_queues)
             if self.model == "broadcasting":
                 mine = queues

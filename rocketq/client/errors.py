@@ -1,10 +1,12 @@
-"""Client exceptions."""
+"""Client exceptions: every one derives from ``ClientError`` (``rocketq/errors.py``), and the
+ones that refuse an argument are also the TypeError or ValueError Python code expects."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
-class ClientError(Exception):
-    """A request the client could not complete (RocketMQ's MQClientException)."""
+from ..errors import ClientError, ClientTimeoutError
+from ..remoting.connection import ConnectionClosedError
 
 
 class NameServerError(ClientError):
@@ -19,5 +21,34 @@ class BrokerError(ClientError):
         self.code = code
 
 
-class MessageValidationError(ClientError, ValueError):
+class InvalidArgumentError(ClientError, ValueError):
+    """An argument whose value the client refuses (a group or NameServer address that breaks
+    RocketMQ's rules, a delay out of range); the message names the argument."""
+
+
+class ArgumentTypeError(ClientError, TypeError):
+    """An argument of the wrong type (a body that is not bytes, a send given something other
+    than a Message); the message names the argument."""
+
+
+class MessageValidationError(InvalidArgumentError):
     """A message the client refuses to send as it is: nothing was sent."""
+
+
+class NoMasterError(ClientError):
+    """The topic has a route, but none of its broker groups has a master to send to right now
+    (a master stopped, or a failover is in progress). Sends wait for a master within their
+    timeout before they raise this."""
+
+    def __init__(self, topic: str, brokers: Sequence[str], message: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+        #: The broker groups of the route that have no master.
+        self.brokers = list(brokers)
+
+
+__all__ = [
+    "ArgumentTypeError", "BrokerError", "ClientError", "ClientTimeoutError",
+    "ConnectionClosedError", "InvalidArgumentError", "MessageValidationError", "NameServerError",
+    "NoMasterError",
+]

@@ -20,7 +20,8 @@ import orjson
 from ..acl import Credentials
 from ..protocol import AUTO_CREATE_TOPIC_KEY, Perm, RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingClient, RemotingError, cancel_tasks
-from .errors import BrokerError, ClientError, NameServerError
+from .checks import check_namesrv
+from .errors import BrokerError, ClientError, NameServerError, NoMasterError
 from .message import MessageQueue
 
 log = logging.getLogger("rocketq.client")
@@ -57,6 +58,23 @@ class TopicRoute:
                                               for i in range(int(q.get("readQueueNums", 0))))
         return route
 
+    def masterless(self) -> list[str]:
+        """The broker groups with writable queues of the topic but no master now (it stopped,
+        or a failover is in progress): sends cannot go there until one is elected."""
+        return sorted({q["brokerName"] for q in self.queue_datas
+                       if q.get("perm", 6) & Perm.WRITE and int(q.get("writeQueueNums", 0))
+                       and MASTER_ID not in self.broker_addrs.get(q["brokerName"], {})})
+
+
+def no_master(topic: str, brokers: list[str]) -> NoMasterError:
+    """The error for a send to ``topic`` whose broker groups ``brokers`` have no master."""
+    names = ", ".join(repr(b) for b in brokers)
+    many = len(brokers) > 1
+    of_topic = f" of topic {topic}" if topic else ""
+    return NoMasterError(topic, brokers, f"broker group{'s' if many else ''} {names}{of_topic} "
+                         f"{'have' if many else 'has'} no master right now (a failover may be "
+                         "in progress)")
+
 
 def _local_ip() -> str:
     try:
@@ -72,10 +90,7 @@ class ClientInstance:
                  route_interval: float = 30.0, instance_name: str | None = None,
                  credentials: Credentials | tuple[str, ...] | None = None,
                  tls: bool | ssl.SSLContext | None = None) -> None:
-        self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";")
-                              if a.strip()]
-        if not self.namesrv_addrs:
-            raise ValueError("no NameServer address given (namesrv='host:port[;host:port]')")
+        self.namesrv_addrs = check_namesrv(namesrv)
         self.client_id = (f"{_local_ip()}@{os.getpid()}#"
                           f"{instance_name or format(random.getrandbits(48), 'x')}")
         self.heartbeat_interval = heartbeat_interval
@@ -179,10 +194,18 @@ class ClientInstance:
 
     async def publish_route(self, topic: str, default_queue_nums: int = 4) -> TopicRoute:
         """The route to send to: the topic's, or TBW102's (the broker then creates the
-        topic), as RocketMQ's producers do for a topic the NameServers do not know yet."""
-        route = await self.route(topic)
+        topic), as RocketMQ's producers do for a topic the NameServers do not know yet.
+
+        A cached route without a writable queue is asked for again. NoMasterError when the
+        topic has a route but its writable broker groups have no master now (a failover):
+        the topic exists, so TBW102 is no answer; the producer tries again later."""
+        cached = self.routes.get(topic)
+        route = await self.route(topic, refresh=cached is not None and not cached.publish_queues)
         if route is not None and route.publish_queues:
             return route
+        masterless = route.masterless() if route is not None else []
+        if masterless:
+            raise no_master(topic, masterless)
         default = await self.fetch_route(AUTO_CREATE_TOPIC_KEY)
         if default is None or not default.publish_queues:
             raise ClientError(f"No route info of this topic: {topic} (and no "
@@ -227,6 +250,8 @@ class ClientInstance:
             await self.update_route(topic)
             addr = self.broker_addr(broker_name, master_only)
         if addr is None:
+            if master_only and self.broker_addrs.get(broker_name):
+                raise no_master(topic or "", [broker_name])  # only slaves: a failover
             raise ClientError(f"The broker[{broker_name}] not exist")
         return addr
 

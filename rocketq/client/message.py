@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
 import os
 import socket
 import struct
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..protocol import MessageRecord, Property, is_retry_topic
@@ -20,6 +22,8 @@ from ..protocol.message import (
     decode_properties,
     plain_body,
 )
+from .checks import check_type, type_name
+from .errors import ArgumentTypeError, InvalidArgumentError, MessageValidationError
 
 
 @dataclass(frozen=True, order=True)
@@ -37,37 +41,132 @@ class MessageQueue:
         return f"{self.topic}@{self.broker_name}:{self.queue_id}"
 
 
+#: Delay levels of a broker's default ``messageDelayLevel`` (1 s 5 s ... 1 h 2 h).
+DELAY_LEVELS = 18
+#: Epoch milliseconds below this (March 1973) are taken for seconds given by mistake.
+_EPOCH_MS_FLOOR = 100_000_000_000
+
+
+def _body_bytes(body: object) -> bytes:
+    """``body`` as bytes: a bytes-like object as it is, a str in UTF-8; anything else is
+    refused rather than turned into something else (``bytes(123)`` is 123 zero bytes)."""
+    if type(body) is bytes:
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    try:
+        return bytes(memoryview(body))  # type: ignore[arg-type]
+    except TypeError:
+        raise ArgumentTypeError(f"body must be bytes (or bytearray, memoryview, str), not "
+                                f"{type_name(body)}") from None
+
+
+def _delay_ms(delay: object) -> int:
+    """TIMER_DELAY_MS for ``delay``: seconds (int or float) or a timedelta."""
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    else:
+        check_type(delay, (int, float), "delay", "seconds (an int or float) or a timedelta")
+        seconds = float(delay)  # type: ignore[arg-type]
+    if not math.isfinite(seconds) or seconds < 0:
+        raise MessageValidationError(f"delay must be 0 seconds or more, not {delay!r}")
+    return round(seconds * 1000)
+
+
+def _deliver_ms(deliver_at: object) -> int:
+    """TIMER_DELIVER_MS for ``deliver_at``: a datetime (a naive one is local time) or
+    milliseconds since the epoch."""
+    if isinstance(deliver_at, datetime):
+        return round(deliver_at.timestamp() * 1000)
+    check_type(deliver_at, (int, float), "deliver_at",
+               "a datetime or milliseconds since the epoch (an int)")
+    ms = float(deliver_at)  # type: ignore[arg-type]
+    if not math.isfinite(ms) or ms < 0:
+        raise MessageValidationError(f"deliver_at must be a time since the epoch, not "
+                                     f"{deliver_at!r}")
+    if 0 < ms < _EPOCH_MS_FLOOR:
+        raise MessageValidationError(
+            f"deliver_at is in milliseconds since the epoch; {deliver_at!r} looks like seconds "
+            "(use time.time() * 1000, or a datetime)")
+    return round(ms)
+
+
 class Message:
     """A message to send.
 
     >>> Message("Orders", b'{"id": 17}', tags="paid", keys=["order-17"],
     ...         properties={"region": "eu"})
+
+    ``body`` is bytes (or a bytearray, memoryview; a str is sent as UTF-8). ``keys`` is one key (a
+    str) or several, each without spaces (they are joined by spaces on the wire); brokers
+    index them for ``Admin.query_messages``. A message can wait before delivery: by
+    ``delay_level`` (1..18, the levels of the broker's ``messageDelayLevel``, by default
+    1 s 5 s 10 s 30 s 1 m .. 10 m 20 m 30 m 1 h 2 h), by ``delay`` (seconds, or a timedelta) or
+    until ``deliver_at`` (a datetime, or milliseconds since the epoch); the last two are
+    RocketMQ 5's timer messages (``TIMER_DELAY_MS``, ``TIMER_DELIVER_MS``, up to the broker's
+    ``timerMaxDelaySec``, 3 days by default). Give one of the three at most.
+
+    Raises:
+        ArgumentTypeError: an argument of the wrong type, named in the message (an int
+            body, a topic that is not a str, a key that is not a str).
+        MessageValidationError: a key with a space or an empty key, a property with a
+            reserved separator character, a delay out of range, or more than one of
+            ``delay_level``, ``delay`` and ``deliver_at``.
     """
 
     __slots__ = ("topic", "body", "flag", "properties")
 
-    def __init__(self, topic: str, body: bytes | str, *, tags: str | None = None,
-                 keys: Iterable[str] | str | None = None,
+    def __init__(self, topic: str, body: bytes | bytearray | memoryview | str, *,
+                 tags: str | None = None, keys: Iterable[str] | str | None = None,
                  properties: Mapping[str, str] | None = None, flag: int = 0,
-                 delay_level: int | None = None) -> None:
+                 delay_level: int | None = None, delay: float | timedelta | None = None,
+                 deliver_at: datetime | float | None = None) -> None:
+        if type(topic) is not str:
+            check_type(topic, str, "topic", "a str")
         self.topic = topic
-        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        self.body = _body_bytes(body)
+        if type(flag) is not int:
+            check_type(flag, int, "flag", "an int")
         self.flag = flag
         self.properties: dict[str, str] = {}
         if properties:
             for name, value in properties.items():
                 self.put_property(name, value)
-        if tags:
-            self.properties[Property.TAGS] = tags
-        if keys:
-            self.keys = [keys] if isinstance(keys, str) else list(keys)
-        if delay_level:
-            self.properties[Property.DELAY] = str(delay_level)
+        if tags is not None:
+            if type(tags) is not str:
+                check_type(tags, str, "tags", "a str")
+            if tags:
+                self.properties[Property.TAGS] = tags
+        if keys is not None:
+            self.keys = keys
+        if delay_level or delay is not None or deliver_at is not None:
+            given = [name for name, value in (("delay_level", delay_level), ("delay", delay),
+                                              ("deliver_at", deliver_at))
+                     if value is not None and (name != "delay_level" or value)]
+            if len(given) > 1:
+                raise MessageValidationError(
+                    f"give one of delay_level, delay and deliver_at, not {' and '.join(given)}")
+            if delay_level:
+                self.delay_level = delay_level
+            elif delay is not None:
+                self.properties[Property.TIMER_DELAY_MS] = str(_delay_ms(delay))
+            else:
+                self.properties[Property.TIMER_DELIVER_MS] = str(_deliver_ms(deliver_at))
+        elif delay_level is not None:
+            check_type(delay_level, int, "delay_level", f"an int from 1 to {DELAY_LEVELS}")
 
     def put_property(self, name: str, value: object) -> None:
+        """Set a user property (``str(value)``); consumers read it from ``properties``.
+
+        Raises:
+            ArgumentTypeError: ``name`` is not a str.
+            MessageValidationError: the name or value holds a reserved separator character.
+        """
+        check_type(name, str, "a property name", "a str")
         text = str(value)
         if "\x01" in name or "\x02" in name or "\x01" in text or "\x02" in text:
-            raise ValueError(f"property {name!r} contains a reserved separator character")
+            raise MessageValidationError(
+                f"property {name!r} contains a reserved separator character")
         self.properties[name] = text
 
     @property
@@ -86,8 +185,25 @@ class Message:
         return [k for k in self.properties.get(Property.KEYS, "").split(" ") if k]
 
     @keys.setter
-    def keys(self, keys: Iterable[str]) -> None:
-        self.properties[Property.KEYS] = " ".join(keys)
+    def keys(self, keys: Iterable[str] | str) -> None:
+        if isinstance(keys, str):
+            keys = [keys]
+        elif type(keys) is not list:
+            check_type(keys, Iterable, "keys", "a str or an iterable of str")
+            keys = list(keys)
+        for key in keys:
+            if type(key) is not str:
+                check_type(key, str, "keys: each key", "a str")
+            if not key:
+                raise MessageValidationError("keys: a key is empty")
+            if " " in key:
+                raise MessageValidationError(
+                    f"keys: the key {key!r} contains a space; keys travel joined by spaces, "
+                    "so it would become several keys (use e.g. '-' instead)")
+        if keys:
+            self.properties[Property.KEYS] = " ".join(keys)
+        else:
+            self.properties.pop(Property.KEYS, None)
 
     @property
     def delay_level(self) -> int:
@@ -95,7 +211,16 @@ class Message:
 
     @delay_level.setter
     def delay_level(self, level: int) -> None:
-        self.properties[Property.DELAY] = str(level)
+        check_type(level, int, "delay_level", f"an int from 1 to {DELAY_LEVELS}")
+        if not 0 <= level <= DELAY_LEVELS:
+            raise MessageValidationError(
+                f"delay_level must be from 1 to {DELAY_LEVELS} (the levels of a broker's "
+                f"default messageDelayLevel, 1 s to 2 h), not {level}; for other delays use "
+                "delay= (seconds) or deliver_at=")
+        if level:
+            self.properties[Property.DELAY] = str(level)
+        else:
+            self.properties.pop(Property.DELAY, None)
 
     def __repr__(self) -> str:
         return f"Message({self.topic!r}, {len(self.body)} bytes, properties={self.properties})"
@@ -300,13 +425,16 @@ def pulled_messages(data: bytes, broker_name: str) -> list[ReceivedMessage]:
 
 
 def create_reply(request: ReceivedMessage, body: bytes | str) -> Message:
-    """The reply to a request message (send it with any producer)."""
+    """The reply to a request message (send it with any producer); a str ``body`` is sent
+    UTF-8 encoded."""
     props = request.properties
     correlation = props.get(Property.CORRELATION_ID)
     client = props.get(Property.REPLY_TO_CLIENT)
     if not correlation or not client:
-        raise ValueError("the message is not a request (no CORRELATION_ID or REPLY_TO_CLIENT)")
-    reply = Message(f"{props.get(Property.CLUSTER, 'DefaultCluster')}_REPLY_TOPIC", body)
+        raise InvalidArgumentError(
+            "request: the message is not a request (no CORRELATION_ID or REPLY_TO_CLIENT)")
+    reply = Message(f"{props.get(Property.CLUSTER, 'DefaultCluster')}_REPLY_TOPIC",
+                    body.encode() if isinstance(body, str) else body)
     reply.properties.update({Property.MSG_TYPE: "reply", Property.CORRELATION_ID: correlation,
                              Property.REPLY_TO_CLIENT: client,
                              Property.TTL: props.get(Property.TTL, "3000")})

@@ -22,6 +22,7 @@ from ..acl import Credentials
 from ..protocol import (
     AUTO_CREATE_TOPIC_KEY,
     FLAG_ONEWAY,
+    MAX_FRAME_SIZE,
     IllegalTopicError,
     Property,
     RemotingCommand,
@@ -34,10 +35,18 @@ from ..protocol import (
     validate_topic,
 )
 from ..protocol.message import MAX_PROPERTIES_SIZE
-from ..remoting import RemotingError
+from ..remoting import ConnectFailedError, RemotingError
 from .accumulator import Accumulator
-from .errors import BrokerError, ClientError, MessageValidationError
-from .instance import ClientInstance
+from .checks import check_group, type_name
+from .errors import (
+    ArgumentTypeError,
+    BrokerError,
+    ClientError,
+    ClientTimeoutError,
+    MessageValidationError,
+    NoMasterError,
+)
+from .instance import ClientInstance, TopicRoute
 from .message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus, unique_ids
 
 log = logging.getLogger("rocketq.client")
@@ -50,6 +59,17 @@ _STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
            ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+#: Room a send request's header needs besides the properties and the names it repeats (the
+#: other send header fields and the command's own), when a request is checked against the
+#: remoting frame limit before it is sent.
+_HEADER_ROOM = 2048
+#: Properties that make a message wait before delivery.
+_DELAY_PROPERTIES = (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_MS,
+                     Property.TIMER_DELAY_SEC)
+#: The longest pause between two looks at the route while a broker group has no master.
+_NO_MASTER_PAUSE_MAX = 1.0
+#: Failures after which no broker can hold the message: a refusal, a connection never made.
+_NOT_SENT = (BrokerError, ConnectFailedError)
 _LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)
 _NOT_AVAILABLE = (0, 0, 30000, 60000, 120000, 180000, 600000)
 
@@ -83,7 +103,28 @@ class LatencyFaultTolerance:
 
 
 class AsyncProducer:
-    """Sends messages. Use ``async with AsyncProducer(group, namesrv=...)``."""
+    """Sends messages. Use ``async with AsyncProducer(group, namesrv=...)``.
+
+    ``group`` is the producer group (RocketMQ's rule: letters, digits, ``_``, ``-``, ``|``, at
+    most 255); ``namesrv`` the NameServers, ``"host:port"`` or several joined by ``;``. A send
+    waits ``send_timeout`` seconds at most and is retried ``retries`` times (``retries_async``
+    for ``rocketq.Producer.send_async``), on another broker when there is one. Bodies of
+    ``compress_over`` bytes or more are zlib-compressed at ``compress_level`` when that makes
+    them smaller; bodies over ``max_message_size`` are refused. With
+    ``retry_another_broker_when_not_store_ok`` a send stored but not flushed or replicated is
+    sent again to another broker; ``latency_fault_tolerance`` avoids brokers that were slow or
+    failing lately; ``default_topic_queue_nums`` is the queue count of topics the broker
+    creates on first send. ``auto_batch`` gathers concurrent sends into batches (at most
+    ``batch_max_bytes`` each, waiting ``batch_max_delay_ms`` at most, ``total_batch_max_bytes``
+    gathered in all). ``credentials`` (an ``acl.Credentials`` or ``(access_key,
+    secret_key)``) sign every request; ``tls`` is True or an ``ssl.SSLContext`` for TLS.
+    ``instance`` shares another client's ClientInstance (its connections and routes).
+
+    Raises:
+        ArgumentTypeError: ``group`` or ``namesrv`` is not a str.
+        InvalidArgumentError: ``group`` breaks RocketMQ's group name rule, or ``namesrv`` is not
+            ``host:port[;host:port...]``.
+    """
 
     def __init__(self, group: str, namesrv: str, *, send_timeout: float = 3.0,
                  retries: int = 2, retries_async: int = 2, compress_over: int = 4096,
@@ -96,9 +137,7 @@ class AsyncProducer:
                  credentials: Credentials | tuple[str, ...] | None = None,
                  tls: bool | ssl.SSLContext | None = None,
                  instance: ClientInstance | None = None) -> None:
-        if not group or "%" in group:
-            raise ValueError(f"illegal producer group {group!r}")
-        self.group = group
+        self.group = check_group(group, "producer")
         self.instance = instance or ClientInstance(namesrv, credentials=credentials, tls=tls)
         self.send_timeout = send_timeout
         self.retries = retries
@@ -119,6 +158,12 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Start the producer: routes are learned and brokers told of its group from now on;
+        nothing is sent until the first send.
+
+        Raises:
+            Nothing.
+        """
         if self.started:
             return
         instance = self.instance
@@ -135,6 +180,12 @@ class AsyncProducer:
         self.started = True
 
     async def shutdown(self) -> None:
+        """Send what auto-batching still holds, tell the brokers the producer left, and close
+        its connections.
+
+        Raises:
+            Nothing.
+        """
         if not self.started:
             return
         if self.accumulator is not None:
@@ -152,6 +203,10 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ validation
     def _validate(self, message: Message) -> None:
+        if type(message) is not Message and not isinstance(message, Message):
+            raise ArgumentTypeError(
+                f"message: a send takes a Message, not {type_name(message)}; e.g. "
+                "producer.send(Message(topic, b'body'))")
         if message.topic not in self._valid_topics:
             try:
                 validate_topic(message.topic)
@@ -178,14 +233,32 @@ class AsyncProducer:
         body = message.body
         sysflag = 0
         if len(body) >= self.compress_over:
-            body = zlib.compress(body, self.compress_level)
-            sysflag |= SysFlag.COMPRESSED
+            # Kept only when smaller: a body that does not compress (random or already
+            # compressed data) would grow, and could then pass the size check here and be
+            # refused by the broker, which checks the body as sent.
+            compressed = zlib.compress(body, self.compress_level)
+            if len(compressed) < len(body):
+                body = compressed
+                sysflag |= SysFlag.COMPRESSED
         encoded = encode_properties(props)
         # Bytes on the wire; an ASCII string (nearly all) is as long as its encoding.
-        if (len(encoded) if encoded.isascii() else len(encoded.encode())) > MAX_PROPERTIES_SIZE:
+        props_size = len(encoded) if encoded.isascii() else len(encoded.encode())
+        if props_size > MAX_PROPERTIES_SIZE:
             raise MessageValidationError(
                 f"the message properties are over {MAX_PROPERTIES_SIZE} bytes")
+        self._check_frame(message.topic, len(body), props_size, "the message body")
         return body, sysflag, encoded
+
+    def _check_frame(self, topic: str, body_size: int, props_size: int, what: str) -> None:
+        """Refuse a request over the remoting protocol's frame limit before it is sent: the
+        broker would close the connection on reading its length, and every retry would end
+        the same way."""
+        if body_size + props_size + len(self.group) + 2 * len(topic) + _HEADER_ROOM \
+                > MAX_FRAME_SIZE:
+            raise MessageValidationError(
+                f"{what} is {body_size} bytes as sent; with its header that is over the "
+                f"{MAX_FRAME_SIZE}-byte ({MAX_FRAME_SIZE >> 20} MiB) frame limit of the "
+                "remoting protocol, which brokers refuse")
 
     # ------------------------------------------------------------------ queue choice
     def _choose(self, queues: list[MessageQueue], last_broker: str | None) -> MessageQueue:
@@ -211,28 +284,52 @@ class AsyncProducer:
                    timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer, retrying on another broker if one fails.
         With ``auto_batch`` the message may travel in a batch with others sent meanwhile; its
-        result is still its own."""
+        result is still its own. ``queue`` sends to that queue, ``selector(queues, message,
+        arg)`` picks one (ordered messages); ``timeout`` overrides ``send_timeout``.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule (topic name, empty or too
+                large body or properties); nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master (a failover) until the
+                timeout.
+            BrokerError: the broker refused the message (after the retries, if the refusal
+                was transient).
+            ConnectionClosedError: the broker could not be reached or closed the connection
+                (after the retries).
+            ClientTimeoutError: no answer within the timeout.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         body, sysflag, props = self._prepare(message)
         accumulator = self.accumulator
         if accumulator is not None and not sysflag:
             raw = props.encode()
             if accumulator.fits(message, body, raw):
                 if selector is not None:
-                    route = self.instance.routes.get(message.topic)
-                    if route is None or not route.publish_queues:
-                        route = await self.instance.publish_route(
-                            message.topic, self.default_topic_queue_nums)
+                    route = await self._publish_route(
+                        message.topic, time.monotonic() + (timeout or self.send_timeout))
                     queue = selector(list(route.publish_queues), message, arg)
                 return await accumulator.send(message, props, raw, queue,
                                               timeout or self.send_timeout)
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
+    async def _send_again(self, message: Message, timeout: float | None) -> SendResult:
+        """Send ``message`` after a first attempt whose connection broke once the request
+        had gone (the synchronous producer's direct path): retried as ``send`` retries, but
+        without waiting out a failover, as the broker may have stored it."""
+        body, sysflag, props = self._prepare(message)
+        return await self._send_prepared(message, body, sysflag, props, None, None, None,
+                                         timeout or self.send_timeout, self.retries, False,
+                                         maybe_sent=True)
+
     async def _send_half(self, message: Message, *, retries: int | None = None,
                         timeout: float | None = None) -> SendResult:
         """Store ``message`` as a transactional half message, invisible to consumers until
         its transaction is committed; the caller ends the transaction."""
-        if message.delay_level:
+        self._validate(message)
+        if any(name in message.properties for name in _DELAY_PROPERTIES):
             raise MessageValidationError("a transactional message cannot be delayed")
         message.properties[Property.TRANSACTION_PREPARED] = "true"
         message.properties[Property.PRODUCER_GROUP] = self.group
@@ -243,7 +340,19 @@ class AsyncProducer:
 
     async def request(self, message: Message, timeout: float = 3.0) -> ReceivedMessage:
         """Send a request and wait for its reply (RocketMQ's request-reply): a consumer of
-        the topic answers with ``create_reply(request, body)``."""
+        the topic answers with ``create_reply(request, body)``.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the timeout.
+            BrokerError: the broker refused the request.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: no reply within ``timeout``.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
+        self._validate(message)
         correlation = unique_ids.next()
         message.properties[Property.CORRELATION_ID] = correlation
         message.properties[Property.REPLY_TO_CLIENT] = self.instance.client_id
@@ -251,19 +360,30 @@ class AsyncProducer:
         waiter = self.instance.expect_reply(correlation)
         deadline = time.monotonic() + timeout
         try:
-            await self.instance.publish_route(message.topic, self.default_topic_queue_nums)
+            await self._publish_route(message.topic, deadline)
             await self.instance.heartbeat_all()  # the broker must know where to push replies
             await self.send(message, timeout=timeout)
             return await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            raise ClientError(f"no reply to request {correlation} within {timeout:.1f} s"
-                              ) from None
+        except TimeoutError as exc:
+            if isinstance(exc, ClientError):
+                raise  # the send itself timed out, and says so
+            raise ClientTimeoutError(f"no reply to request {correlation} within "
+                                     f"{timeout:.1f} s") from None
         finally:
             self.instance.replies.pop(correlation, None)
 
     async def send_oneway(self, message: Message, *, queue: MessageQueue | None = None,
                           selector: Selector | None = None, arg: Any = None) -> None:
-        """Send without waiting for an answer (fastest, no delivery report)."""
+        """Send without waiting for an answer (fastest, no delivery report).
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the send timeout.
+            ConnectionClosedError: the broker could not be reached.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         body, sysflag, props = self._prepare(message)
         await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                   self.send_timeout, 0, True)
@@ -271,19 +391,35 @@ class AsyncProducer:
     async def send_batch(self, messages: Sequence[Message], *,
                          queue: MessageQueue | None = None,
                          timeout: float | None = None) -> SendResult:
-        """Send messages of one topic in one request; they get consecutive queue offsets."""
+        """Send messages of one topic in one request; they get consecutive queue offsets.
+
+        Raises:
+            ArgumentTypeError: ``messages`` is not a sequence of Message.
+            MessageValidationError: a message breaks a rule, the messages have different
+                topics or a delay, or the batch is too large; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the timeout.
+            BrokerError: the broker refused the batch.
+            ConnectionClosedError: the broker could not be reached (after the retries).
+            ClientTimeoutError: no answer within the timeout.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
+        if isinstance(messages, str | bytes | Message):
+            raise ArgumentTypeError(f"messages: send_batch takes a sequence of Message, not "
+                                    f"{type_name(messages)}")
         if not messages:
             raise MessageValidationError("the batch is empty")
+        self._validate(messages[0])
         topic = messages[0].topic
         elements = []
         total = 0
         for m in messages:
             if m.topic != topic:
                 raise MessageValidationError("every message of a batch must have the same topic")
-            props = m.properties
-            if Property.DELAY in props and m.delay_level:
-                raise MessageValidationError("delayed messages cannot be sent in a batch")
             self._validate(m)
+            props = m.properties
+            if any(name in props for name in _DELAY_PROPERTIES):
+                raise MessageValidationError("delayed messages cannot be sent in a batch")
             if Property.UNIQ_KEY not in props:
                 props[Property.UNIQ_KEY] = unique_ids.next()
             if Property.WAIT not in props:
@@ -294,6 +430,7 @@ class AsyncProducer:
         if total > self.max_message_size:
             raise MessageValidationError(
                 f"the batch is {total} bytes; the maximum is {self.max_message_size}")
+        self._check_frame(topic, total, 0, "the batch")
         result = await self._send_batch_body(topic, elements, queue,
                                              timeout or self.send_timeout)
         result.msg_id = ",".join([m.properties[Property.UNIQ_KEY] for m in messages])
@@ -330,7 +467,7 @@ class AsyncProducer:
     async def _send_prepared(self, message: Message, body: bytes, sysflag: int, props: str,
                              queue: MessageQueue | None, selector: Selector | None, arg: Any,
                              timeout: float, retries: int, oneway: bool, *,
-                             batch: bool = False) -> SendResult:
+                             batch: bool = False, maybe_sent: bool = False) -> SendResult:
         deadline = time.monotonic() + timeout
         topic = message.topic
         last_broker: str | None = None
@@ -342,14 +479,19 @@ class AsyncProducer:
             if queue is not None:
                 mq = queue
             else:
-                route = self.instance.routes.get(topic)
-                if route is None or not route.publish_queues:
-                    route = await self.instance.publish_route(topic,
-                                                              self.default_topic_queue_nums)
+                # Waiting out a failover is for a message no broker may hold yet: after a
+                # failure that left that open (a lost connection, no answer), a new master
+                # may already have it, and a send waiting for it would store it twice.
+                if last_error is not None and not isinstance(last_error, _NOT_SENT):
+                    maybe_sent = True
+                route = await self._publish_route(topic, deadline, wait=not maybe_sent)
                 if selector is not None:
                     mq = selector(list(route.publish_queues), message, arg)
                 else:
                     mq = self._choose(route.publish_queues, last_broker)
+                remaining = deadline - time.monotonic()  # the route may have waited
+                if remaining <= 0:
+                    break
             began = time.monotonic()
             try:
                 result = await self._send_to(mq, message, body, sysflag, props, remaining,
@@ -384,7 +526,36 @@ class AsyncProducer:
             return result
         if last_error is not None:
             raise last_error
-        raise ClientError(f"sending to {topic} timed out after {timeout:.1f} s")
+        raise ClientTimeoutError(f"sending to {topic} timed out after {timeout:.1f} s")
+
+    async def _publish_route(self, topic: str, deadline: float, *,
+                             wait: bool = True) -> TopicRoute:
+        """The route to send ``topic`` to. While the topic's broker groups have no master (a
+        master stopped, or a failover is in progress), the route is asked for again, at
+        growing intervals, until one is elected or ``deadline`` (``time.monotonic()``) passes:
+        a failover takes seconds, and a send fails only when its timeout is spent. Without
+        ``wait`` a route without a master raises NoMasterError at once."""
+        route = self.instance.routes.get(topic)
+        if route is not None and route.publish_queues:
+            return route
+        pause = 0.05
+        logged = False
+        while True:
+            try:
+                return await self.instance.publish_route(topic, self.default_topic_queue_nums)
+            except NoMasterError as exc:
+                if not wait:
+                    raise
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise NoMasterError(exc.topic, exc.brokers,
+                                        f"{exc}; the send was retried until its timeout"
+                                        ) from None
+                if not logged:
+                    log.warning("%s; the send will be retried for up to %.1f s", exc, left)
+                    logged = True
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, _NO_MASTER_PAUSE_MAX)
 
     def _request(self, mq: MessageQueue, message: Message, body: bytes, sysflag: int,
                  props: str, oneway: bool, batch: bool) -> RemotingCommand:

@@ -1,24 +1,25 @@
 """The pull consumer (asyncio core), like RocketMQ's DefaultLitePullConsumer.
 
 Either ``subscribe`` (the group shares the queues, rebalanced as members come and go) or
-``assign`` queues yourself; then ``poll`` returns messages as they arrive. Background tasks
-long-poll each queue and keep a bounded buffer, so ``poll`` rarely waits for the network.
-Offsets are the ones after the last polled message of each queue, committed every
-``auto_commit_interval`` seconds or by ``commit()``.
+``assign`` queues yourself; then ``poll`` returns messages as they arrive (or ``async for
+message in consumer`` takes them one at a time). Background tasks long-poll each queue and
+keep a bounded buffer, so ``poll`` rarely waits for the network. Offsets are the ones after
+the last polled message of each queue, committed by ``commit()``, or with ``auto_commit``
+every ``auto_commit_interval`` seconds and at shutdown (the end of ``async with``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 from ..acl import Credentials
 from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
+from ..remoting import RemotingError
 from .allocate import AllocateStrategy
 from .consumer import GroupConsumer
 from .errors import ClientError
@@ -43,6 +44,10 @@ class _QueueState:
         self.task: asyncio.Task[None] | None = None
         self.paused = False
 
+
+#: A pulled batch waiting to be polled: its queue, the queue's epoch when it was pulled, its
+#: messages, and the offset after them.
+_Batch = tuple[_QueueState, int, list[ReceivedMessage], int]
 
 class AsyncPullConsumer(GroupConsumer):
     """Poll messages from subscribed or assigned queues."""
@@ -69,8 +74,8 @@ class AsyncPullConsumer(GroupConsumer):
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.max_poll_records = max_poll_records
         self.suspend_timeout = suspend_timeout
-        self._buffer: asyncio.Queue[tuple[_QueueState, int, list[ReceivedMessage], int]] | None \
-            = None
+        #: Batches pulled and not polled yet; None, put in by shutdown, wakes waiting polls.
+        self._buffer: asyncio.Queue[_Batch | None] | None = None
         self._assigned: list[MessageQueue] | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -82,6 +87,7 @@ class AsyncPullConsumer(GroupConsumer):
             self.subscriptions.setdefault(mq.topic, self._sub_all(mq.topic))
         if self.running:
             asyncio.get_running_loop().create_task(self._apply_assignment())
+            self._changed()
 
     @staticmethod
     def _sub_all(topic: str) -> Any:
@@ -98,9 +104,14 @@ class AsyncPullConsumer(GroupConsumer):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Start pulling; subscribe or assign first. (``async with`` starts the consumer on
+        entry and lets them come after.) Starting again does nothing."""
+        await self._start(require_setup=True)
+
+    async def _start(self, require_setup: bool) -> None:
         if self.running:
             return
-        if not self.subscriptions:
+        if require_setup and not self.subscriptions:
             raise ClientError("subscribe to a topic or assign queues before starting")
         self._buffer = asyncio.Queue()
         if not self.auto_commit:
@@ -126,10 +137,15 @@ class AsyncPullConsumer(GroupConsumer):
                 state.task.cancel()
         if self.auto_commit:
             self._sync_store()
+        if self._buffer is not None:
+            self._buffer.put_nowait(None)  # wakes polls and iterations waiting for messages
         await self._leave_group()
 
     async def __aenter__(self) -> AsyncPullConsumer:
-        """The consumer, not started yet: subscribe or assign, then ``await start()``."""
+        """The consumer, started: subscribe or assign inside (each takes effect at once; an
+        ``await start()`` there does nothing). Leaving shuts it down, committing the
+        positions after the messages polled (with ``auto_commit``)."""
+        await self._start(require_setup=False)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -202,22 +218,70 @@ class AsyncPullConsumer(GroupConsumer):
                     item = await self._buffer.get()
             except TimeoutError:
                 return out
-            self._take(item, out)
-            while len(out) < self.max_poll_records and not self._buffer.empty():
-                self._take(self._buffer.get_nowait(), out)
+            while item is not None:
+                self._take(item, out)
+                if len(out) >= self.max_poll_records or self._buffer.empty():
+                    break
+                item = self._buffer.get_nowait()
+            if item is None:  # shut down meanwhile; leave the mark for other waiters
+                self._buffer.put_nowait(None)
+                return out
         return out
 
-    def _take(self, item: tuple[_QueueState, int, list[ReceivedMessage], int],
-              out: list[ReceivedMessage]) -> None:
+    async def __aiter__(self) -> AsyncGenerator[ReceivedMessage, None]:
+        """``async for message in consumer``: the messages one at a time as they arrive,
+        until the consumer is shut down.
+
+        A message counts as consumed (its position goes to the offset store, committed with
+        ``auto_commit``) once the loop asks for the next one. A loop left on ``break`` or an
+        exception has not consumed the message it was on: that one and the rest of its batch
+        come again, here (the queue is sought back when the iteration is closed) or, after a
+        shutdown, to the group's next consumer."""
+        if not self.running or self._buffer is None:
+            raise ClientError("the consumer is not started")
+        buffer = self._buffer
+        while self.running:
+            item = await buffer.get()
+            if item is None:  # shut down
+                buffer.put_nowait(None)
+                return
+            state, epoch, messages, next_offset = item
+            state.buffered -= len(messages)
+            handed: int | None = None  # offset of the message out in the loop's hands
+            try:
+                for message in messages:
+                    if not self._current(state, epoch):
+                        break  # sought elsewhere or no longer ours
+                    handed = message.queue_offset
+                    yield message
+                    handed = None
+                    if self._current(state, epoch):
+                        self._consumed(state, message.queue_offset + 1)
+                if self._current(state, epoch):
+                    # Past the batch, with messages the tag filter dropped.
+                    self._consumed(state, next_offset)
+            finally:
+                if handed is not None and self.running and self._current(state, epoch):
+                    self.seek(state.mq, handed)
+
+    def _current(self, state: _QueueState, epoch: int) -> bool:
+        """Whether a batch pulled at ``epoch`` is still the queue's to hand out (not sought
+        elsewhere since, and the queue still ours)."""
+        return epoch == state.epoch and self.owned.get(state.mq) is state
+
+    def _consumed(self, state: _QueueState, offset: int) -> None:
+        state.consumed = offset
+        if self.auto_commit:
+            self.offset_store.update(state.mq, offset)
+
+    def _take(self, item: _Batch, out: list[ReceivedMessage]) -> None:
         state, epoch, messages, next_offset = item
         state.buffered -= len(messages)
-        if epoch != state.epoch or self.owned.get(state.mq) is not state:
+        if not self._current(state, epoch):
             return  # sought elsewhere or no longer ours
         out.extend(messages)
         # Past the batch, including messages the tag filter dropped.
-        state.consumed = next_offset
-        if self.auto_commit:
-            self.offset_store.update(state.mq, state.consumed)
+        self._consumed(state, next_offset)
 
     # ------------------------------------------------------------------ positions
     def assignment(self) -> list[MessageQueue]:
@@ -278,12 +342,17 @@ class AsyncPullConsumer(GroupConsumer):
         await self.offset_store.persist(list(self.owned))
 
     async def committed(self, mq: MessageQueue) -> int | None:
-        """The group's committed offset of ``mq`` on the broker."""
-        with contextlib.suppress(ClientError):
+        """The group's committed offset of ``mq`` on the broker; None when there is none (or
+        the broker is not in the topic's route). A broker that cannot be reached raises."""
+        try:
             response = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
                 RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": self.group,
                                                     "topic": mq.topic, "queueId": mq.queue_id}),
                 3, mq.topic, master_only=False)
-            if response.code == ResponseCode.SUCCESS:
-                return int(response.ext_fields.get("offset", "0"))
+        except RemotingError:
+            raise
+        except ClientError:
+            return None
+        if response.code == ResponseCode.SUCCESS:
+            return int(response.ext_fields.get("offset", "0"))
         return None

@@ -29,7 +29,7 @@ from .consume_service import (
     OrderlyConsumeService,
 )
 from .consumer import GroupConsumer
-from .errors import ClientError
+from .errors import ClientError, InvalidArgumentError
 from .instance import ClientInstance
 from .message import MessageQueue
 from .process_queue import ProcessQueue
@@ -63,7 +63,8 @@ class AsyncPushConsumer(GroupConsumer):
                          instance=instance,
                          credentials=credentials, tls=tls)
         if consume_thread_min > consume_thread_max:
-            raise ValueError("consume_thread_min is larger than consume_thread_max")
+            raise InvalidArgumentError(
+                "consume_thread_min is larger than consume_thread_max")
         self.consume_thread_min = consume_thread_min
         self.consume_thread_max = consume_thread_max
         self.pull_batch_size = pull_batch_size
@@ -93,14 +94,21 @@ class AsyncPushConsumer(GroupConsumer):
     # ------------------------------------------------------------------ set-up
     def register(self, listener: Listener) -> None:
         """Set the listener: called with a list of messages (``consume_message_batch_max_size``
-        at most); returns ConsumeResult.SUCCESS (or None), or RECONSUME_LATER / raises to have
-        them delivered again later. A coroutine function runs on the event loop, anything
-        else on the consume thread pool."""
+        at most); returns ConsumeResult.SUCCESS (or None) to acknowledge them, or
+        RECONSUME_LATER / raises to have them delivered again later. Any other answer
+        (``False``, ``True``...) is taken as a failure and logged: the messages come again.
+        A coroutine function runs on the event loop, anything else on the consume thread
+        pool. Registered after start (in ``async with``), it joins the group at once and gets
+        every message pulled from then on; nothing is pulled before a listener exists."""
         self.listener = listener
         if self._consume is not None:
             self._consume.listener = listener
+        self._changed()
 
-    def _wire(self, listener: Listener) -> PushRebalance:
+    def _ready(self) -> bool:
+        return self.listener is not None
+
+    def _wire(self, listener: Listener | None) -> PushRebalance:
         """The consume service, the pull service and the rebalance of one run."""
         consume: ConsumeService
         if self.orderly:
@@ -127,11 +135,16 @@ class AsyncPushConsumer(GroupConsumer):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Start consuming; subscribe and register a listener first. (``async with`` starts
+        the consumer on entry and lets them come after.) Starting again does nothing."""
+        await self._start(require_setup=True)
+
+    async def _start(self, require_setup: bool) -> None:
         if self.running:
             return
-        if self.listener is None:
+        if require_setup and self.listener is None:
             raise ClientError("register a listener before starting the consumer")
-        if not self.subscriptions:
+        if require_setup and not self.subscriptions:
             raise ClientError("subscribe to a topic before starting the consumer")
         self.executor = concurrent.futures.ThreadPoolExecutor(
             self.consume_thread_max, thread_name_prefix=f"rocketq-consume-{self.group}")
@@ -158,7 +171,10 @@ class AsyncPushConsumer(GroupConsumer):
             self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> AsyncPushConsumer:
-        """The consumer, not started yet: subscribe, register and ``await start()``."""
+        """The consumer, started: subscribe and register inside (each takes effect at
+        once; an ``await start()`` there does nothing). Leaving shuts it down, committing
+        the offsets of what was consumed."""
+        await self._start(require_setup=False)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -6,23 +6,35 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..protocol import Property
 from ..protocol.command import FLAG_RESPONSE, FrameDecoder, ProtocolError, RemotingCommand, encode
 from ..remoting import RemotingTimeoutError, new_event_loop
-from .admin import AsyncAdmin
-from .errors import BrokerError
+from .admin import DEFAULT_TOPIC_QUEUES, AsyncAdmin, ConsumerProgress
+from .errors import BrokerError, ClientError, ClientTimeoutError
 from .message import Message, MessageQueue, MessageSelector, ReceivedMessage, SendResult
 from .producer import AsyncProducer, Selector
 from .pull import AsyncPullConsumer
 from .push import AsyncPushConsumer, Listener
 from .transaction import AsyncTransactionProducer, TransactionListener, TransactionSendResult
 
+if TYPE_CHECKING:
+    import ssl
+
+    from ..acl import Credentials
+
 T = TypeVar("T")
+
+#: The asyncio producer's options the synchronous producers take: all but ``instance``, a
+#: ClientInstance of an event loop the caller does not run.
+_PRODUCER_OPTIONS = tuple(
+    p.name for p in inspect.signature(AsyncProducer).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "instance")
 
 
 class _LoopThread:
@@ -54,7 +66,18 @@ class _LoopThread:
         if threading.current_thread() is self.thread:
             raise RuntimeError("a synchronous rocketq call was made from the client's own "
                                "event loop; use the rocketq.aio classes there")
-        return self.submit(coro).result(timeout)
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except TimeoutError as exc:
+            # A timeout is a ClientError like the client's other errors: the call's own
+            # (asyncio's TimeoutError) or the wait for the call's result here.
+            if isinstance(exc, ClientError):
+                raise
+            if future.done() and not future.cancelled() and future.exception() is exc:
+                raise ClientTimeoutError(str(exc) or "the call timed out") from exc
+            future.cancel()
+            raise ClientTimeoutError(f"no result within {timeout} s") from None
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a plain function on the loop thread and return its result: the asyncio
@@ -74,6 +97,12 @@ async def _refresh_route(producer: AsyncProducer, topic: str) -> None:
         await producer.instance.update_route(topic)
 
 
+class _MaybeSent:
+    """What a direct send returns when its connection broke after the request went: the
+    broker may have stored the message, so the loop's retries must not wait for a new master
+    to send it again (it may hold the message already)."""
+
+
 class _DirectSends:
     """Sends made on the caller's own thread, over its own blocking connection to the broker,
     when the producer already knows the route: no hand-off to the loop thread and back (the
@@ -88,9 +117,10 @@ class _DirectSends:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
 
-    def send(self, message: Message, timeout: float | None) -> SendResult | None:
+    def send(self, message: Message, timeout: float | None) -> SendResult | _MaybeSent | None:
         p = self.producer
-        if not p.started or p.accumulator is not None or p.fault is not None:
+        if not p.started or p.accumulator is not None or p.fault is not None or \
+                not isinstance(message, Message):
             return None
         route = p.instance.routes.get(message.topic)
         if route is None or not route.publish_queues:
@@ -111,8 +141,10 @@ class _DirectSends:
             self.loop.submit(_refresh_route(p, message.topic))
             raise RemotingTimeoutError(f"no response to a send from {addr} within "
                                        f"{timeout or p.send_timeout:.1f} s") from None
-        except (OSError, ProtocolError):
-            return None  # the loop's path reconnects, learns routes and retries
+        except (OSError, ProtocolError) as exc:
+            # The loop's path reconnects, learns routes and retries; told whether the broker
+            # may hold the message already (the connection broke after the request went).
+            return _MaybeSent() if getattr(exc, "maybe_sent", False) else None
         try:
             return p._result(response, mq, message)
         except BrokerError:
@@ -150,9 +182,11 @@ class _DirectSends:
                 for frame in decoder.feed(data):
                     if frame.flag & FLAG_RESPONSE and frame.opaque == cmd.opaque:
                         return frame
-        except BaseException:
+        except BaseException as exc:
             del conns[addr]  # its state is unknown now: the next send connects afresh
             self._close(sock)
+            if isinstance(exc, OSError):
+                exc.maybe_sent = True  # type: ignore[attr-defined]
             raise
 
     def _close(self, sock: socket.socket) -> None:
@@ -168,13 +202,33 @@ class _DirectSends:
 
 
 class Producer:
-    """Sends messages; see ``rocketq.aio.Producer`` for the options.
+    """Sends messages; the options are those of ``rocketq.aio.Producer`` (which describes
+    them), except its ``instance``.
 
     >>> with Producer("pg", namesrv="127.0.0.1:9876") as producer:   # doctest: +SKIP
     ...     result = producer.send(Message("Orders", b"hello", tags="paid"))
+
+    Raises:
+        ArgumentTypeError: ``group`` or ``namesrv`` is not a str.
+        InvalidArgumentError: ``group`` breaks RocketMQ's group name rule, or ``namesrv`` is not
+            ``host:port[;host:port...]``.
     """
 
-    def __init__(self, group: str, namesrv: str, **options: Any) -> None:
+    def __init__(self, group: str, namesrv: str, *, send_timeout: float = 3.0,
+                 retries: int = 2, retries_async: int = 2, compress_over: int = 4096,
+                 compress_level: int = 5, max_message_size: int = 4 * 1024 * 1024,
+                 retry_another_broker_when_not_store_ok: bool = False,
+                 latency_fault_tolerance: bool = False, default_topic_queue_nums: int = 4,
+                 auto_batch: bool = False, batch_max_delay_ms: float = 10,
+                 batch_max_bytes: int = 32 * 1024,
+                 total_batch_max_bytes: int = 32 * 1024 * 1024,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None) -> None:
+        values = locals()  # the options, passed on by name: none can be left behind
+        self._start_loop(group, namesrv, {name: values[name] for name in _PRODUCER_OPTIONS})
+
+    def _start_loop(self, group: str, namesrv: str, options: dict[str, Any]) -> None:
+        """Build the asyncio producer on the client's loop thread."""
         self._loop = _LoopThread.get()
         self._async = self._loop.call(self._new_async, group, namesrv, options)
         self._direct = _DirectSends(self._async, self._loop)
@@ -188,10 +242,21 @@ class Producer:
         return self._async.group
 
     def start(self) -> Producer:
+        """Start the producer; nothing is sent until the first send.
+
+        Raises:
+            Nothing.
+        """
         self._loop.run(self._async.start())
         return self
 
     def shutdown(self) -> None:
+        """Send what auto-batching still holds, tell the brokers the producer left, and close
+        its connections.
+
+        Raises:
+            Nothing.
+        """
         self._direct.close()
         self._loop.run(self._async.shutdown())
 
@@ -204,9 +269,27 @@ class Producer:
     def send(self, message: Message, *, queue: MessageQueue | None = None,
              selector: Selector | None = None, arg: Any = None,
              timeout: float | None = None) -> SendResult:
-        """Send and wait for the broker's answer (retries on failure)."""
+        """Send and wait for the broker's answer (retries on failure); see
+        ``rocketq.aio.Producer.send``.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule (topic name, empty or too
+                large body or properties); nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master (a failover) until the
+                timeout.
+            BrokerError: the broker refused the message (after the retries, if the refusal
+                was transient).
+            ConnectionClosedError: the broker could not be reached or closed the connection
+                (after the retries).
+            ClientTimeoutError: no answer within the timeout.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         if queue is None and selector is None:
             result = self._direct.send(message, timeout)
+            if isinstance(result, _MaybeSent):
+                return self._loop.run(self._async._send_again(message, timeout))
             if result is not None:
                 return result
         return self._loop.run(self._async.send(message, queue=queue, selector=selector,
@@ -219,7 +302,11 @@ class Producer:
                    ) -> concurrent.futures.Future[SendResult]:
         """``send`` without blocking: the future holds the SendResult or the exception, and
         ``callback(future)`` runs when it is done (on the client's loop thread, so it must
-        not make synchronous rocketq calls)."""
+        not make synchronous rocketq calls).
+
+        Raises:
+            Nothing: the errors of ``send`` are set on the future instead.
+        """
         future = self._loop.submit(self._async.send(message, queue=queue, selector=selector,
                                                     arg=arg, timeout=timeout))
         if callback is not None:
@@ -227,23 +314,57 @@ class Producer:
         return future
 
     def request(self, message: Message, timeout: float = 3.0) -> ReceivedMessage:
-        """Send a request and return the reply a consumer sent with ``create_reply``."""
+        """Send a request and return the reply a consumer sent with ``create_reply``.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the timeout.
+            BrokerError: the broker refused the request.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: no reply within ``timeout``.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         return self._loop.run(self._async.request(message, timeout), timeout + 30)
 
     def send_oneway(self, message: Message, *, queue: MessageQueue | None = None,
                     selector: Selector | None = None, arg: Any = None) -> None:
-        """Send without waiting for any answer."""
+        """Send without waiting for any answer.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the send timeout.
+            ConnectionClosedError: the broker could not be reached.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         self._loop.run(self._async.send_oneway(message, queue=queue, selector=selector,
                                                arg=arg))
 
     def send_batch(self, messages: Sequence[Message], *, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> SendResult:
-        """Send messages of one topic in one request."""
+        """Send messages of one topic in one request.
+
+        Raises:
+            ArgumentTypeError: ``messages`` is not a sequence of Message.
+            MessageValidationError: a message breaks a rule, the messages have different
+                topics or a delay, or the batch is too large; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the timeout.
+            BrokerError: the broker refused the batch.
+            ConnectionClosedError: the broker could not be reached (after the retries).
+            ClientTimeoutError: no answer within the timeout.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         return self._loop.run(self._async.send_batch(messages, queue=queue, timeout=timeout))
 
 
 class TransactionProducer(Producer):
-    """A producer of transactional messages; see ``rocketq.aio.TransactionProducer``.
+    """A producer of transactional messages; ``listener`` runs the local transactions and
+    answers the brokers' checks, on ``check_threads`` threads. The other options are those of
+    ``rocketq.Producer``; see ``rocketq.aio.TransactionProducer``.
 
     >>> class Orders:                                                    # doctest: +SKIP
     ...     def execute_local_transaction(self, message, arg):
@@ -254,33 +375,69 @@ class TransactionProducer(Producer):
     ...             else LocalTransactionState.ROLLBACK
     >>> with TransactionProducer("tx-group", Orders(), namesrv=NAMESRV) as producer:
     ...     producer.send_message_in_transaction(Message("Orders", b"..."), arg=order)
+
+    Raises:
+        ArgumentTypeError: ``group`` or ``namesrv`` is not a str.
+        InvalidArgumentError: ``group`` breaks RocketMQ's group name rule, or ``namesrv`` is not
+            ``host:port[;host:port...]``.
     """
 
     _async: AsyncTransactionProducer
 
-    def __init__(self, group: str, listener: TransactionListener, namesrv: str,
-                 **options: Any) -> None:
+    def __init__(self, group: str, listener: TransactionListener, namesrv: str, *,
+                 check_threads: int = 4, send_timeout: float = 3.0, retries: int = 2,
+                 retries_async: int = 2, compress_over: int = 4096, compress_level: int = 5,
+                 max_message_size: int = 4 * 1024 * 1024,
+                 retry_another_broker_when_not_store_ok: bool = False,
+                 latency_fault_tolerance: bool = False, default_topic_queue_nums: int = 4,
+                 auto_batch: bool = False, batch_max_delay_ms: float = 10,
+                 batch_max_bytes: int = 32 * 1024,
+                 total_batch_max_bytes: int = 32 * 1024 * 1024,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None) -> None:
+        values = locals()  # the options, passed on by name: none can be left behind
         self._listener = listener
-        super().__init__(group, namesrv, **options)
+        self._check_threads = check_threads
+        self._start_loop(group, namesrv, {name: values[name] for name in _PRODUCER_OPTIONS})
 
     def _new_async(self, group: str, namesrv: str, options: dict[str, Any]
                    ) -> AsyncTransactionProducer:
-        return AsyncTransactionProducer(group, self._listener, namesrv, **options)
+        return AsyncTransactionProducer(group, self._listener, namesrv,
+                                        check_threads=self._check_threads, **options)
 
     def send_message_in_transaction(self, message: Message, arg: Any = None
                                     ) -> TransactionSendResult:
-        """Store a half message, run the local transaction, then commit or roll back."""
+        """Store a half message, run the local transaction, then commit or roll back.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule or is delayed; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the send timeout.
+            BrokerError: the broker refused the half message.
+            ConnectionClosedError: the broker could not be reached (after the retries).
+            ClientTimeoutError: no answer within the send timeout.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         return self._loop.run(self._async.send_message_in_transaction(message, arg))
 
 
 class PushConsumer:
     """Calls a listener with each message of the subscribed topics; see
-    ``rocketq.aio.PushConsumer`` for the options.
+    ``rocketq.aio.PushConsumer`` for the options. ``with`` starts it, and shuts it down
+    (committing the offsets of what was consumed) at the end, even on Ctrl-C:
 
-    >>> consumer = PushConsumer("cg", namesrv="127.0.0.1:9876")      # doctest: +SKIP
-    >>> consumer.subscribe("Orders", "paid || refunded")
-    >>> consumer.register(lambda msgs: ConsumeResult.SUCCESS)
-    >>> consumer.start()
+    >>> with PushConsumer("cg", namesrv="127.0.0.1:9876") as consumer:  # doctest: +SKIP
+    ...     consumer.subscribe("Orders", "paid || refunded")
+    ...     consumer.register(lambda msgs: ConsumeResult.SUCCESS)
+    ...     threading.Event().wait()  # consume until interrupted
+
+    Without ``with``: subscribe and register, then ``start()`` and later ``shutdown()``.
+
+    Raises:
+        ArgumentTypeError: ``group`` or ``namesrv`` is not a str.
+        InvalidArgumentError: ``group`` breaks RocketMQ's group name rule, ``namesrv`` is not
+            ``host:port[;host:port...]``, or an option is not one of its values.
     """
 
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
@@ -288,22 +445,45 @@ class PushConsumer:
         self._async = self._loop.create(lambda: AsyncPushConsumer(group, namesrv, **options))
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
-        """Consume ``topic``, keeping the messages ``expression`` (tags or SQL) selects."""
+        """Consume ``topic``, keeping the messages ``expression`` (tags or SQL) selects.
+
+        Raises:
+            Nothing.
+        """
         self._loop.call(self._async.subscribe, topic, expression)
 
     def register(self, listener: Listener) -> None:
-        """Set the listener; a plain function runs on the consume thread pool."""
+        """Set the listener; a plain function runs on the consume thread pool. It returns
+        ConsumeResult.SUCCESS or None to acknowledge the messages, RECONSUME_LATER (or
+        raises) to have them delivered again; any other answer counts as a failure.
+
+        Raises:
+            Nothing.
+        """
         self._loop.call(self._async.register, listener)
 
     def start(self) -> PushConsumer:
+        """Start consuming (subscribe and register first); starting again does nothing.
+
+        Raises:
+            ClientError: no topic is subscribed or no listener registered.
+        """
         self._loop.run(self._async.start())
         return self
 
     def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop consuming, commit the offsets of what was consumed and leave the group; waits
+        ``timeout`` seconds at most for listeners still running.
+
+        Raises:
+            ClientTimeoutError: the consumer had not stopped ``timeout`` + 30 s later.
+        """
         self._loop.run(self._async.shutdown(timeout), timeout + 30)
 
     def __enter__(self) -> PushConsumer:
-        """The consumer, not started yet: subscribe, register and ``start()`` inside."""
+        """The consumer, started: subscribe and register inside, each taking effect at once
+        (no message is pulled before a listener is registered; ``start()`` does nothing)."""
+        self._loop.run(self._async.__aenter__())
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -319,24 +499,43 @@ class PushConsumer:
         return self._loop.call(lambda: self._async.consumed_count)
 
     def assigned_queues(self) -> list[MessageQueue]:
+        """The queues this member consumes now.
+
+        Raises:
+            Nothing.
+        """
         return self._loop.call(self._async.assigned_queues)
 
     def rebalance(self) -> None:
-        """Work out which queues this member owns now, without waiting for the next round."""
+        """Work out which queues this member owns now, without waiting for the next round.
+
+        Raises:
+            Nothing: a topic without a route is logged and looked up again.
+        """
         self._loop.run(self._async.rebalance())
 
     def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
-        """Consume the owned queues of ``topic`` in ``offsets`` from those offsets."""
+        """Consume the owned queues of ``topic`` in ``offsets`` from those offsets.
+
+        Raises:
+            Nothing.
+        """
         self._loop.run(self._async.reset_offsets(topic, offsets))
 
 
 class PullConsumer:
     """Poll messages, like RocketMQ's DefaultLitePullConsumer; see ``rocketq.aio.PullConsumer``.
+    ``with`` starts it, and shuts it down (committing the positions polled) at the end:
 
     >>> with PullConsumer("cg2", namesrv="127.0.0.1:9876") as consumer:  # doctest: +SKIP
     ...     consumer.subscribe("Orders")
-    ...     consumer.start()
     ...     for message in consumer.poll(timeout=1.0): ...
+    ...     for message in consumer: ...  # one at a time, until shut down
+
+    Raises:
+        ArgumentTypeError: ``group`` or ``namesrv`` is not a str.
+        InvalidArgumentError: ``group`` breaks RocketMQ's group name rule, ``namesrv`` is not
+            ``host:port[;host:port...]``, or an option is not one of its values.
     """
 
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
@@ -344,77 +543,222 @@ class PullConsumer:
         self._async = self._loop.create(lambda: AsyncPullConsumer(group, namesrv, **options))
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
-        """Consume ``topic`` with the group, keeping the messages ``expression`` selects."""
+        """Consume ``topic`` with the group, keeping the messages ``expression`` selects.
+
+        Raises:
+            Nothing.
+        """
         self._loop.call(self._async.subscribe, topic, expression)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
-        """Consume exactly these queues (no group rebalancing)."""
+        """Consume exactly these queues (no group rebalancing).
+
+        Raises:
+            Nothing.
+        """
         self._loop.call(self._async.assign, list(queues))
 
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues of ``topic``, asked of the NameServer now (for ``assign``).
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ClientError: the topic has no route.
+        """
         return self._loop.run(self._async.fetch_queues(topic))
 
     def start(self) -> PullConsumer:
+        """Start pulling (subscribe or assign first); starting again does nothing.
+
+        Raises:
+            ClientError: no topic is subscribed and no queue assigned.
+        """
         self._loop.run(self._async.start())
         return self
 
     def shutdown(self) -> None:
+        """Stop pulling, commit the positions polled and leave the group.
+
+        Raises:
+            Nothing.
+        """
         self._loop.run(self._async.shutdown())
 
     def __enter__(self) -> PullConsumer:
-        """The consumer, not started yet: subscribe or assign, then ``start()`` inside."""
+        """The consumer, started: subscribe or assign inside, each taking effect at once
+        (``start()`` there does nothing)."""
+        self._loop.run(self._async.__aenter__())
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     def poll(self, timeout: float = 5.0) -> list[ReceivedMessage]:
+        """The messages fetched since the last poll, waiting ``timeout`` seconds at most for some;
+        an empty list when none came.
+
+        Raises:
+            ClientError: the consumer is not started.
+        """
         return self._loop.run(self._async.poll(timeout))
 
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        """``for message in consumer``: the messages one at a time as they arrive, until the
+        consumer is shut down (by another thread, say). A message counts as consumed once the
+        loop asks for the next one; the one a loop left by ``break`` or an exception comes
+        again (see ``rocketq.aio.PullConsumer.__aiter__``).
+
+        Raises:
+            ClientError: the consumer is not started.
+        """
+        messages = self._async.__aiter__()
+
+        async def step() -> tuple[bool, ReceivedMessage | None]:
+            try:
+                return True, await messages.__anext__()
+            except StopAsyncIteration:
+                return False, None
+
+        try:
+            while True:
+                future = self._loop.submit(step())
+                try:
+                    more, message = future.result()
+                except BaseException:
+                    future.cancel()  # Ctrl-C: stop waiting on the loop too
+                    raise
+                if not more:
+                    return
+                assert message is not None
+                yield message
+        finally:
+            # Closing the iteration hands back the message the loop was on (if the loop
+            # thread is still there to do it).
+            async def close() -> None:
+                await messages.aclose()
+
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                self._loop.run(close(), 10)
+
     def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer pulls from now.
+
+        Raises:
+            Nothing.
+        """
         return self._loop.call(self._async.assignment)
 
     def assigned_queues(self) -> list[MessageQueue]:
+        """The queues this member consumes now.
+
+        Raises:
+            Nothing.
+        """
         return self._loop.call(self._async.assigned_queues)
 
     def rebalance(self) -> None:
-        """Work out which queues this member owns now, without waiting for the next round."""
+        """Work out which queues this member owns now, without waiting for the next round.
+
+        Raises:
+            Nothing: a topic without a route is logged and looked up again.
+        """
         self._loop.run(self._async.rebalance())
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Consume ``mq`` from ``offset`` next.
+
+        Raises:
+            ClientError: ``mq`` is not assigned to this consumer.
+        """
         self._loop.call(self._async.seek, mq, offset)
 
     def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
-        """Seek the owned queues of ``topic`` in ``offsets`` there and commit the positions."""
+        """Seek the owned queues of ``topic`` in ``offsets`` there and commit the positions.
+
+        Raises:
+            Nothing.
+        """
         self._loop.run(self._async.reset_offsets(topic, offsets))
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
+        """Consume ``mq`` from its first stored message next.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            BrokerError: the broker refused the offset query.
+            ClientError: ``mq`` is not assigned to this consumer.
+        """
         self._loop.run(self._async.seek_to_begin(mq))
 
     def seek_to_end(self, mq: MessageQueue) -> None:
+        """Consume ``mq`` from the messages stored after now.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            BrokerError: the broker refused the offset query.
+            ClientError: ``mq`` is not assigned to this consumer.
+        """
         self._loop.run(self._async.seek_to_end(mq))
 
     def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset of ``mq`` stored at or after ``timestamp_ms``.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            BrokerError: the broker refused the query.
+        """
         return self._loop.run(self._async.offset_for_timestamp(mq, timestamp_ms))
 
     def commit(self) -> None:
+        """Commit the position after the last polled message of every queue, now.
+
+        Raises:
+            Nothing: a commit that fails is logged, and made again later.
+        """
         self._loop.run(self._async.commit())
 
     def committed(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq`` on the broker, or None when it has none.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+        """
         return self._loop.run(self._async.committed(mq))
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop returning messages of these queues from ``poll`` until ``resume``.
+
+        Raises:
+            Nothing.
+        """
         self._loop.call(self._async.pause, list(queues))
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
+        """Return messages of these paused queues from ``poll`` again.
+
+        Raises:
+            Nothing.
+        """
         self._loop.call(self._async.resume, list(queues))
 
 
 class Admin:
-    """Topics and message queries; see ``rocketq.aio.Admin``.
+    """Topics, consumer progress and message queries; see ``rocketq.aio.Admin``.
 
     >>> with Admin(namesrv="127.0.0.1:9876") as admin:                # doctest: +SKIP
     ...     admin.create_topic("Orders", queues=8)
+
+    Raises:
+        ArgumentTypeError: ``namesrv`` is not a str.
+        InvalidArgumentError: ``namesrv`` is not ``host:port[;host:port...]``.
     """
 
     def __init__(self, namesrv: str, **options: Any) -> None:
@@ -422,6 +766,11 @@ class Admin:
         self._async = self._loop.create(lambda: AsyncAdmin(namesrv, **options))
 
     def close(self) -> None:
+        """Close the admin's connections.
+
+        Raises:
+            Nothing.
+        """
         self._loop.run(self._async.close())
 
     def __enter__(self) -> Admin:
@@ -431,28 +780,115 @@ class Admin:
         self.close()
 
     def masters(self, cluster: str | None = None) -> dict[str, str]:
-        """``broker name -> master address`` of every broker (of ``cluster``, if given)."""
+        """``broker name -> master address`` of every broker (of ``cluster``, if given).
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ClientError: the NameServer refused the query.
+        """
         return self._loop.run(self._async.masters(cluster))
 
-    def create_topic(self, topic: str, queues: int = 4, *, cluster: str | None = None,
-                     perm: int = 6, order: bool = False) -> dict[str, str]:
-        """Create (or update) ``topic`` on every master broker; returns those brokers."""
+    def create_topic(self, topic: str, queues: int = DEFAULT_TOPIC_QUEUES, *,
+                     cluster: str | None = None, perm: int = 6, order: bool = False
+                     ) -> dict[str, str]:
+        """Create (or update) ``topic`` on every master broker; returns those brokers.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: no master broker was found, or one refused the topic.
+        """
         return self._loop.run(self._async.create_topic(topic, queues, cluster=cluster,
                                                        perm=perm, order=order))
 
+    def list_topics(self) -> list[str]:
+        """Every topic the NameServer knows, sorted, system ones included.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ClientError: the NameServer refused the query.
+        """
+        return self._loop.run(self._async.list_topics())
+
+    def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Delete ``topic`` from every master broker (of ``cluster``) and the NameServers;
+        returns the brokers that held it. Raises ClientError if no one knew the topic.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: no broker or NameServer knew the topic, or one refused to delete it.
+        """
+        return self._loop.run(self._async.delete_topic(topic, cluster=cluster))
+
+    def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
+        """Per queue of ``topic`` (default: every topic of the group): the queue's max
+        offset, the group's committed offset and the lag; ``total_lag`` sums them.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: a broker refused the query.
+        """
+        return self._loop.run(self._async.consumer_progress(group, topic))
+
+    def message_by_id(self, msg_id: str, topic: str | None = None) -> ReceivedMessage:
+        """The message with this offset id or unique id (the ``msg_id`` a send returns),
+        searched in ``topic`` or, without one, in every topic.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: ``msg_id`` is not a message id, or no such message was found.
+        """
+        return self._loop.run(self._async.message_by_id(msg_id, topic))
+
     def view_message(self, offset_msg_id: str) -> ReceivedMessage:
+        """The message with this offset id (it names its broker and CommitLog offset).
+
+        Raises:
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: ``offset_msg_id`` is not an offset id, or the broker has no such message.
+        """
         return self._loop.run(self._async.view_message(offset_msg_id))
 
     def query_messages(self, topic: str, key: str, *, max_num: int = 32, begin: int = 0,
                        end: int | None = None, unique: bool = False) -> list[ReceivedMessage]:
         """Messages of ``topic`` with key (or, with ``unique``, unique id) ``key``, stored
-        between ``begin`` and ``end`` (ms since the epoch), newest first."""
+        between ``begin`` and ``end`` (ms since the epoch), newest first.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: the topic has no route.
+        """
         return self._loop.run(self._async.query_messages(
             topic, key, max_num=max_num, begin=begin, end=end, unique=unique))
 
     def query_message_by_unique_key(self, topic: str, msg_id: str) -> ReceivedMessage:
+        """The message of ``topic`` whose unique id (UNIQ_KEY) is ``msg_id``.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            ClientError: no such message was found.
+        """
         return self._loop.run(self._async.query_message_by_unique_key(topic, msg_id))
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """The first queue offset stored at or after ``timestamp_ms``."""
+        """The first queue offset stored at or after ``timestamp_ms``.
+
+        Raises:
+            NameServerError: no NameServer answered.
+            ConnectionClosedError: the broker could not be reached.
+            ClientTimeoutError: the broker did not answer in time.
+            BrokerError: the broker refused the query.
+        """
         return self._loop.run(self._async.search_offset(mq, timestamp_ms))

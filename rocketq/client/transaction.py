@@ -52,7 +52,15 @@ class TransactionSendResult(SendResult):
 
 class AsyncTransactionProducer(AsyncProducer):
     """``send_message_in_transaction`` runs the listener's local transaction between storing
-    the half message and committing or rolling it back."""
+    the half message and committing or rolling it back. The listener also answers the
+    brokers' checks of transactions left open, on ``check_threads`` threads (a coroutine
+    function runs on the event loop). The other options are AsyncProducer's.
+
+    Raises:
+        ArgumentTypeError: ``group`` or ``namesrv`` is not a str.
+        InvalidArgumentError: ``group`` breaks RocketMQ's group name rule, or ``namesrv`` is not
+            ``host:port[;host:port...]``.
+    """
 
     def __init__(self, group: str, listener: TransactionListener, namesrv: str, *,
                  check_threads: int = 4, instance: ClientInstance | None = None,
@@ -64,11 +72,22 @@ class AsyncTransactionProducer(AsyncProducer):
         self._checks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
+        """Start the producer and tell the brokers of its group at once, so they can ask it
+        about open transactions.
+
+        Raises:
+            Nothing.
+        """
         self.instance.on_request[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
         await super().start()
         await self.instance.heartbeat_all()
 
     async def shutdown(self) -> None:
+        """Stop the producer and the threads of the listener's checks.
+
+        Raises:
+            Nothing.
+        """
         await super().shutdown()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -89,7 +108,19 @@ class AsyncTransactionProducer(AsyncProducer):
 
     async def send_message_in_transaction(self, message: Message, arg: Any = None
                                           ) -> TransactionSendResult:
-        """Store a half message, run the local transaction, then end the transaction."""
+        """Store a half message, run the local transaction, then end the transaction. A
+        failure of the listener leaves the state UNKNOWN (the broker asks again later).
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a Message.
+            MessageValidationError: the message breaks a rule or is delayed; nothing was sent.
+            NameServerError: no NameServer answered for the topic's route.
+            NoMasterError: the topic's broker groups had no master until the send timeout.
+            BrokerError: the broker refused the half message.
+            ConnectionClosedError: the broker could not be reached (after the retries).
+            ClientTimeoutError: no answer within the send timeout.
+            ClientError: no route for the topic and no ``TBW102`` to create it from.
+        """
         result = await self._send_half(message)
         if result.status is SendStatus.SEND_OK:
             state = await self._call(self.listener.execute_local_transaction, message, arg)

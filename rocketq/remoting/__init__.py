@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from ..protocol import MAX_FRAME_SIZE, FrameDecoder, ProtocolError, RemotingCommand, ResponseCode
 from ..protocol.command import encode
 from .connection import (
+    ConnectFailedError,
     Connection,
     ConnectionClosedError,
     Handler,
@@ -27,7 +28,8 @@ log = logging.getLogger("rocketq.remoting")
 T = TypeVar("T")
 
 __all__ = [
-    "Connection", "ConnectionClosedError", "Handler", "RemotingClient", "RemotingError",
+    "ConnectFailedError", "Connection", "ConnectionClosedError", "Handler", "RemotingClient",
+    "RemotingError",
     "RemotingServer", "RemotingTimeoutError", "Signer", "TlsSettings", "cancel_tasks",
     "client_context", "parse_address", "run",
 ]
@@ -241,16 +243,16 @@ class RemotingClient:
             except TimeoutError:
                 raise RemotingTimeoutError(f"connecting to {addr} timed out") from None
             except _ssl.SSLError as exc:
-                raise ConnectionClosedError(
+                raise ConnectFailedError(
                     f"TLS handshake with {addr} failed: {exc.reason or exc} (is TLS enabled "
                     f"on that port, and is its certificate trusted?)") from None
             except OSError as exc:
                 if self.ssl is not None and not isinstance(exc, ConnectionRefusedError):
                     # The peer hung up in the handshake: most likely a port without TLS.
                     reason = exc.strerror or str(exc) or "the server closed the connection"
-                    raise ConnectionClosedError(f"TLS handshake with {addr} failed: {reason} "
+                    raise ConnectFailedError(f"TLS handshake with {addr} failed: {reason} "
                                                 f"(is TLS enabled on that port?)") from None
-                raise ConnectionClosedError(f"cannot connect to {addr}: {exc.strerror or exc}"
+                raise ConnectFailedError(f"cannot connect to {addr}: {exc.strerror or exc}"
                                             ) from None
             sock = conn.transport.get_extra_info("socket") if conn.transport else None
             if sock is not None:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ..errors import ClientError, ClientTimeoutError
 from ..protocol import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
@@ -39,16 +40,23 @@ Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 Signer = Callable[[RemotingCommand], None]
 
 
-class RemotingError(Exception):
-    """A request could not be completed over the connection."""
+class RemotingError(ClientError):
+    """A request could not be completed over the connection (a ClientError, so callers of the
+    client catch it with the client's other errors)."""
 
 
-class RemotingTimeoutError(RemotingError, TimeoutError):
-    """No response within the timeout."""
+class RemotingTimeoutError(RemotingError, ClientTimeoutError):
+    """No response within the timeout; also a TimeoutError."""
 
 
 class ConnectionClosedError(RemotingError, ConnectionError):
-    """The connection closed before the response came."""
+    """The connection closed before the response came, or could not be made; also a
+    ConnectionError."""
+
+
+class ConnectFailedError(ConnectionClosedError):
+    """The connection could not be made (refused, unreachable, a failed TLS handshake): the
+    request was never sent, so sending it elsewhere cannot store it twice."""
 
 
 class Connection(asyncio.Protocol):
@@ -93,8 +101,18 @@ class Connection(asyncio.Protocol):
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
-            if data[:1] == b"\x16":
+            # What the peer speaks instead, told by its first bytes (read as a frame length,
+            # they are far too long), so the log says what the peer did wrong.
+            head = data[:4]
+            if head[:1] == b"\x16":
                 exc = ProtocolError(f"{exc} (a TLS handshake, but this port has TLS disabled)")
+            elif head == b"PRI ":  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                exc = ProtocolError(
+                    f"{exc} (an HTTP/2 preface, as gRPC clients send: this is the remoting "
+                    f"port; RocketMQ 5.x gRPC clients connect to the gRPC proxy port)")
+            elif head in (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC"):
+                exc = ProtocolError(f"{exc} (an HTTP request: this is the remoting port, "
+                                    f"which does not speak HTTP)")
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
             self.close()
             return

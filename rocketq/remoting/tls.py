@@ -119,9 +119,12 @@ def bound_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        if exc.errno is None:
+            raise
+        # The address as the error's filename, so whoever reports it can say which port.
+        raise OSError(exc.errno, exc.strerror, f"{host}:{port}") from None
     return sock
 
 

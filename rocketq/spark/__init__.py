@@ -160,7 +160,13 @@ def _key(topic: str, broker: str, queue_id: int) -> str:
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Streams topics. Offsets are ``{"topic|broker|queueId": next offset}``, kept in Spark's
     checkpoint, so a query restarted on its checkpoint neither loses nor repeats a message.
-    Queues added to a topic later are picked up from their first offset."""
+    Queues added to a topic later are picked up from their first offset.
+
+    A new query starts where ``startingOffsets`` says: ``last`` (the default: only messages
+    sent from now on), ``first``, ``timestamp`` (the first message stored at or after the
+    option ``startingTimestamp``, in ms since the epoch), or JSON per queue as for batch
+    reads. ``earliest`` and ``latest`` are accepted for ``first`` and ``last``, as Kafka's
+    source spells them."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -173,6 +179,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(max_rows) if max_rows else None
         self.group = options.get("consumergroup")
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", "true")
+        # A misspelt option fails when the query is defined, not at its first batch.
+        broker_io.parse_offsets("startingOffsets", self._starting(), "startingTimestamp")
+
+    def _starting(self) -> str:
+        return _option(self.options, "startingOffsets", "last")
 
     def _queues(self) -> dict[str, tuple[int, int]]:
         """``key -> (min offset, max offset)`` of every queue of the topics now."""
@@ -185,12 +196,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def initialOffset(self) -> dict[str, int]:
-        starting = _option(self.options, "startingOffsets", "latest")
-        out = {}
-        for key, (low, high) in self._queues().items():
-            topic, broker, _addr, qid = self.addrs[key]
-            out[key] = broker_io.pick_offset(starting, topic, broker, qid, low, high, high)
-        return out
+        queues = self._queues()
+        found = broker_io.resolve_offsets(
+            "startingOffsets", self._starting(),
+            {self.addrs[key]: bounds for key, bounds in queues.items()}, "last",
+            "startingTimestamp", self.options.get("startingtimestamp"))
+        return {_key(topic, broker, qid): offset
+                for (topic, broker, _addr, qid), offset in found.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
@@ -260,19 +272,35 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
+    """Reads each queue from ``startingOffsets`` to ``endingOffsets``. Each is ``first``,
+    ``last``, ``timestamp`` (the first message stored at or after the option
+    ``startingTimestamp`` / ``endingTimestamp``, in ms since the epoch), or JSON per queue
+    ``{"topic": {"broker:queueId": offset}}`` (-2 first, -1 last; a queue left out starts at
+    its first offset and ends at its last). The defaults read everything: ``first`` to
+    ``last``. ``earliest`` and ``latest`` are accepted for ``first`` and ``last``, as Kafka's
+    source spells them."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
+        self.starting = _option(options, "startingOffsets", "first")
+        self.ending = _option(options, "endingOffsets", "last")
+        # A misspelt option fails when the read is defined, not when it is planned.
+        broker_io.parse_offsets("startingOffsets", self.starting, "startingTimestamp")
+        broker_io.parse_offsets("endingOffsets", self.ending, "endingTimestamp")
 
     def partitions(self) -> list[QueueRange]:
         namesrv = _option(self.options, "namesrv")
         subscription = _option(self.options, "subscription", "*")
-        starting = _option(self.options, "startingOffsets", "earliest")
-        ending = _option(self.options, "endingOffsets", "latest")
         queues = broker_io.queue_offsets(namesrv, _topics(self.options))
+        starts = broker_io.resolve_offsets("startingOffsets", self.starting, queues, "first",
+                                           "startingTimestamp",
+                                           self.options.get("startingtimestamp"))
+        ends = broker_io.resolve_offsets("endingOffsets", self.ending, queues, "last",
+                                         "endingTimestamp", self.options.get("endingtimestamp"))
         parts = []
-        for (topic, broker, addr, queue_id), (low, high) in sorted(queues.items()):
-            start = broker_io.pick_offset(starting, topic, broker, queue_id, low, high, low)
-            end = broker_io.pick_offset(ending, topic, broker, queue_id, low, high, high)
+        for (topic, broker, addr, queue_id), (low, _high) in sorted(queues.items()):
+            start = starts[(topic, broker, addr, queue_id)]
+            end = ends[(topic, broker, addr, queue_id)]
             if start < low:
                 fail = _flag(self.options, "failOnDataLoss", "true")
                 start = _data_lost(fail, topic, broker, queue_id, start, low)

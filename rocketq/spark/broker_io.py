@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..client.consumer import pull_request
+from ..client.consumer import pull_request, starting_position
 from ..client.instance import ClientInstance
 from ..client.message import Message, MessageQueue
 from ..client.sync import _LoopThread
@@ -75,21 +75,90 @@ def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int]) -> None
     loop.run(go())
 
 
-def pick_offset(spec: str, topic: str, broker: str, queue_id: int, low: int, high: int,
-                default: int) -> int:
-    """``earliest``, ``latest``, or JSON ``{"topic": {"broker:queueId": offset}}``
-    (-2 earliest, -1 latest, as Kafka's source reads them)."""
-    spec = spec.strip()
-    if spec == "earliest":
-        return low
-    if spec == "latest":
-        return high
-    table = json.loads(spec)
-    value = table.get(topic, {}).get(f"{broker}:{queue_id}")
-    if value is None:
-        return default
-    value = int(value)
-    return low if value == -2 else high if value == -1 else value
+#: A queue as the data source knows it: ``(topic, broker name, broker address, queue id)``.
+QueueKey = tuple[str, str, str, int]
+
+
+def parse_offsets(option: str, spec: str, timestamp_option: str) -> str | dict[str, Any]:
+    """What the option ``option`` (``startingOffsets``, ``endingOffsets``) says: ``"first"``
+    (also spelled ``earliest``), ``"last"`` (also ``latest``), ``"timestamp"`` (the time is
+    in the option ``timestamp_option``), or the JSON table ``{"topic": {"broker:queueId":
+    offset}}``. ValueError naming the option and what it accepts for anything else."""
+    text = spec.strip()
+    if text.startswith("{"):
+        try:
+            table = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{option} is not valid JSON ({exc}): {spec!r}") from None
+        if not all(isinstance(queues, dict) for queues in table.values()):
+            raise ValueError(f'{option} must map each topic to {{"broker:queueId": offset}}, '
+                             f"not {spec!r}")
+        return table
+    try:
+        return starting_position(text, option)
+    except ValueError:
+        raise ValueError(
+            f"{option} must be 'first' (or 'earliest'), 'last' (or 'latest'), 'timestamp' (with "
+            f"the option {timestamp_option} in ms since the epoch) or JSON per queue such as "
+            f'{{"Orders": {{"broker-a:0": 42}}}}, not {spec!r}') from None
+
+
+def resolve_offsets(option: str, spec: str, queues: dict[QueueKey, tuple[int, int]],
+                    default: str, timestamp_option: str, timestamp: str | None = None
+                    ) -> dict[QueueKey, int]:
+    """The offset ``spec`` (the value of ``option``, see ``parse_offsets``) gives each queue
+    of ``queues`` (``key -> (min offset, max offset)``): its min offset for ``first``, its
+    max for ``last``, the first message stored at or after ``timestamp`` (ms) for
+    ``timestamp``; from JSON, the queue's entry (-2 first, -1 last, as Kafka's source reads
+    them), or ``default`` ("first" or "last") for a queue the table does not name."""
+    kind = parse_offsets(option, spec, timestamp_option)
+    if kind == "timestamp":
+        if timestamp is None:
+            raise ValueError(f"{option}=timestamp needs the option {timestamp_option} (ms "
+                             "since the epoch)")
+        try:
+            ms = int(timestamp)
+        except ValueError:
+            raise ValueError(f"{timestamp_option} must be an integer of ms since the epoch, not "
+                             f"{timestamp!r}") from None
+        found = offsets_by_time(list(queues), ms)
+        return {key: min(max(found[key], low), high) for key, (low, high) in queues.items()}
+    out = {}
+    for key, (low, high) in queues.items():
+        topic, broker, _addr, queue_id = key
+        value = kind if isinstance(kind, str) else kind.get(topic, {}).get(
+            f"{broker}:{queue_id}", default)
+        if value in ("first", -2, "-2"):
+            out[key] = low
+        elif value in ("last", -1, "-1"):
+            out[key] = high
+        else:
+            out[key] = int(value)
+    return out
+
+
+def offsets_by_time(queues: list[QueueKey], timestamp_ms: int) -> dict[QueueKey, int]:
+    """The offset of the first message stored at or after ``timestamp_ms`` in each queue (its
+    max offset when there is none), as the queue's broker answers SEARCH_OFFSET_BY_TIMESTAMP."""
+
+    async def go() -> dict[QueueKey, int]:
+        client = RemotingClient()
+        out = {}
+        try:
+            for key in queues:
+                topic, _broker, addr, queue_id = key
+                response = await client.invoke(addr, RemotingCommand.request(
+                    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                    {"topic": topic, "queueId": queue_id, "timestamp": timestamp_ms}))
+                if response.code != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"offset of {topic}@{addr}:{queue_id} at {timestamp_ms}"
+                                       f" ms: {response.remark}")
+                out[key] = int(response.ext_fields.get("offset", "0"))
+        finally:
+            await client.close()
+        return out
+
+    return run(go())
 
 
 PULL_WINDOW = 1024  # offsets asked for per pull (the broker also caps a pull at 256 KiB)
@@ -281,6 +350,8 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
                 properties = dict(props) if props else None
                 if extra is not None:
                     properties = {**properties, **extra} if properties else dict(extra)
+                if isinstance(body, str):  # a string column: sent UTF-8 encoded
+                    body = body.encode()
                 yield Message(topic, body, tags=tags or None, keys=keys or None,
                               properties=properties)
 

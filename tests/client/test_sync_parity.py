@@ -104,7 +104,13 @@ def test_same_public_methods_and_signatures(name):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("name", CLASSES)
+#: Sync classes whose constructors spell out their options (``inspect.signature`` and help()
+#: show them) instead of taking ``**options``; checked by
+#: test_producer_constructors_take_the_async_options_by_name.
+EXPLICIT_OPTIONS = ["Producer", "TransactionProducer"]
+
+
+@pytest.mark.parametrize("name", [c for c in CLASSES if c not in EXPLICIT_OPTIONS])
 def test_constructors_forward_options(name):
     """A sync constructor takes the async one's positional parameters and passes the
     keyword-only options on unchanged through ``**options``, so an option added to the async
@@ -115,6 +121,48 @@ def test_constructors_forward_options(name):
     keyword = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD
     assert sync[:-1] == [p for p in asyn if p[1] not in keyword]
     assert sync[-1][:2] == ("options", inspect.Parameter.VAR_KEYWORD)
+
+
+def keyword_options(cls: type) -> dict[str, tuple[Any, Any]]:
+    """``name -> (default, annotation)`` of the keyword-only options of ``cls()``, those it
+    passes on through ``**options`` included (AsyncTransactionProducer's are the producer's);
+    ``instance`` (a ClientInstance of an event loop) is the asyncio classes' own."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for name, kind, default, annotation in parameters(cls.__init__):
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(keyword_options(cls.__mro__[1]))
+        elif kind is inspect.Parameter.KEYWORD_ONLY and name != "instance":
+            out[name] = (default, annotation)
+    return out
+
+
+@pytest.mark.parametrize("name", EXPLICIT_OPTIONS)
+def test_producer_constructors_take_the_async_options_by_name(name):
+    """The sync producers' signatures name every option of the asyncio ones, with the same
+    defaults and annotations, and pass each on."""
+    sync_cls, async_cls = getattr(rocketq, name), getattr(rocketq.aio, name)
+    sync = parameters(sync_cls.__init__)
+    assert all(p[1] is not inspect.Parameter.VAR_KEYWORD for p in sync), "takes **options"
+    positional = [p for p in sync if p[1] is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional == [p for p in parameters(async_cls.__init__)
+                          if p[1] is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    assert keyword_options(sync_cls) == keyword_options(async_cls)
+    shown = inspect.signature(sync_cls).parameters
+    assert shown["send_timeout"].default == 3.0 and "tls" in shown
+    # Every option reaches the asyncio producer.
+    tx = name == "TransactionProducer"
+    args = ("sig-g", object(), "127.0.0.1:1") if tx else ("sig-g", "127.0.0.1:1")
+    extra = {"check_threads": 2} if tx else {}
+    producer = sync_cls(*args, **extra, send_timeout=7.5, retries=5, compress_over=99,
+                        max_message_size=12345, latency_fault_tolerance=True,
+                        default_topic_queue_nums=3, auto_batch=True, batch_max_bytes=777)
+    inner = producer._async
+    assert (inner.send_timeout, inner.retries, inner.compress_over, inner.max_message_size,
+            inner.default_topic_queue_nums) == (7.5, 5, 99, 12345, 3)
+    assert inner.fault is not None and inner.accumulator is not None
+    assert inner.accumulator.max_bytes == 777
+    if tx:
+        assert inner.executor._max_workers == 2
 
 
 def test_exceptions_are_current():

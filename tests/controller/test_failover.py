@@ -4,6 +4,7 @@ master killed by SIGKILL while a producer sends without pause."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -136,14 +137,22 @@ def read_ids(namesrv: str, topic: str, expected: int, group: str = "reader") -> 
         consumer.start()
         wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= expected, 30)
         consumer.commit()
+    READ_AT.clear()
+    for m in got:
+        READ_AT.setdefault(m.msg_id, []).append((m.queue_id, m.queue_offset, m.broker_name))
     return [m.msg_id for m in got]
+
+
+#: Where read_ids found each message: (queue, offset, broker) per time read.
+READ_AT: dict[str, list[tuple[int, int, str]]] = {}
 
 
 def assert_read_once(namesrv: str, topic: str, acked: list[str]) -> None:
     """A new group reads every acknowledged message of ``topic``, and none twice."""
     ids = read_ids(namesrv, topic, len(acked))
     assert not set(acked) - set(ids), f"{len(set(acked) - set(ids))} acknowledged lost"
-    assert len(ids) == len(set(ids)), "a message was read twice"
+    twice = collections.Counter(ids) - collections.Counter(set(ids))
+    assert not twice, f"read twice: {READ_AT and [READ_AT[i] for i in twice]}"
 
 
 @pytest.mark.slow

@@ -157,7 +157,7 @@ def test_readme_spark_example_runs(spark, servers, tmp_path):
         servers.create_topic(topic, 2)
     with Producer("pg", namesrv=servers.namesrv) as producer:
         for tag in ("paid", "refunded", "created"):
-            producer.send(Message("Orders", f"order {tag}", tags=tag))
+            producer.send(Message("Orders", f"order {tag}".encode(), tags=tag))
     code = (block.replace('"127.0.0.1:9876"', repr(servers.namesrv))
             .replace('"/data/checkpoints/shout"', repr(str(tmp_path / "shout"))))
     namespace = {"spark": spark}
@@ -168,7 +168,7 @@ def test_readme_spark_example_runs(spark, servers, tmp_path):
         (query,) = spark.streams.active
         wait_for(lambda: query.recentProgress, 60)  # started at the latest offsets
         with Producer("pg", namesrv=servers.namesrv) as producer:
-            producer.send(Message("Orders", "late order"))
+            producer.send(Message("Orders", b"late order"))
         got = []
         with PullConsumer("readme-check", namesrv=servers.namesrv,
                           from_where="first") as consumer:

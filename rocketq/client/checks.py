@@ -1,0 +1,69 @@
+"""Checks of the arguments given to the client's constructors, run where they are given.
+
+A group name or NameServer address that cannot work fails at construction, with the argument
+named, instead of at the first send or as a retry logged forever. Producers, consumers and
+the admin all call these, so each rule is written once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import ArgumentTypeError, InvalidArgumentError
+
+#: RocketMQ's Validators.checkGroup: these characters, at most GROUP_MAX_LENGTH of them.
+GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+GROUP_MAX_LENGTH = 255
+
+
+def type_name(value: object) -> str:
+    """How an error message names the type of ``value``."""
+    return "None" if value is None else type(value).__name__
+
+
+def check_type(value: Any, expected: type | tuple[type, ...], name: str, what: str,
+               hint: str = "") -> None:
+    """Raise ArgumentTypeError naming ``name`` unless ``value`` is an ``expected`` (a bool is
+    not taken for an int); ``what`` says what the argument must be ("a str"), ``hint`` how to
+    fix a common mistake."""
+    if not isinstance(value, expected) or isinstance(value, bool) and expected is int:
+        raise ArgumentTypeError(f"{name} must be {what}, not {type_name(value)}"
+                                + (f"; {hint}" if hint else ""))
+
+
+def check_group(group: Any, role: str) -> str:
+    """``group`` if it is a legal group name for ``role`` ("producer", "consumer"): RocketMQ's
+    rule (letters, digits, ``_``, ``-`` and ``|``, at most 255), where brokers refuse any
+    other name. ``%`` is refused too: it separates a namespace from a group and marks the
+    ``%RETRY%`` and ``%DLQ%`` topics made from group names."""
+    check_type(group, str, "group", f"the {role} group's name as a str")
+    if not group:
+        raise InvalidArgumentError(f"group: the {role} group's name is empty")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidArgumentError(f"group: the {role} group's name is {len(group)} characters;"
+                                   f" the most RocketMQ allows is {GROUP_MAX_LENGTH}")
+    if not GROUP_PATTERN.match(group) or "%" in group:
+        raise InvalidArgumentError(
+            f"group: the {role} group {group!r} may contain only letters, digits, '_', '-' "
+            "and '|'")
+    return group
+
+
+def check_namesrv(namesrv: Any) -> list[str]:
+    """The addresses of ``namesrv``, ``"host:port"`` or several joined by ``;`` (or ``,``),
+    refused at once when one is not a host and a port."""
+    example = "'host:port' or 'host:port;host:port'"
+    check_type(namesrv, str, "namesrv", f"the NameServer addresses as a str like {example}")
+    addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+    if not addrs:
+        raise InvalidArgumentError(f"namesrv: no NameServer address given; use {example}")
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(f"namesrv: {addr!r} is not a host:port address; use "
+                                       f"{example}")
+    return addrs
+
+
+__all__ = ["GROUP_MAX_LENGTH", "check_group", "check_namesrv", "check_type", "type_name"]

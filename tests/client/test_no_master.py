@@ -1,0 +1,83 @@
+"""A send while the topic's broker group has no master (its master stopped; in controller mode,
+a failover in progress): the producer says so, not "No route info of this topic", and waits
+for a master within the send timeout rather than failing at once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from rocketq import ClientError, Message, NoMasterError, Producer, SendStatus
+
+from ..conftest import fetch_route, wait_for
+from ..servers import ServerThread
+
+
+@pytest.fixture
+def st(tmp_path):
+    """A NameServer on an event loop thread, for the brokers a test starts."""
+    servers = ServerThread(tmp_path)
+    try:
+        servers.start_namesrv()
+        yield servers
+    finally:
+        servers.stop()
+
+
+def master_and_slave(st):
+    """broker-a as a master and its slave (brokerId 1), with the topic Failover."""
+    master = st.start_broker("broker-a", haSendHeartbeatInterval=200)
+    st.start_broker("broker-a-slave", brokerName="broker-a", brokerId=1, brokerRole="SLAVE",
+                    haMasterAddress=master.ha_server.address, haSendHeartbeatInterval=200)
+    st.create_topic("Failover", 2)
+    return master
+
+
+def masterless(st) -> bool:
+    """Whether the NameServer's route of Failover has broker-a without a master."""
+    route = fetch_route(st.namesrv, "Failover")
+    return route is not None and route.masterless() == ["broker-a"]
+
+
+def test_a_send_without_a_master_says_so_after_waiting_for_one(st, caplog):
+    master = master_and_slave(st)
+    with Producer("pg", namesrv=st.namesrv, send_timeout=1.5) as producer:
+        assert producer.send(Message("Failover", b"before")).status is SendStatus.SEND_OK
+        st.stop_broker(master)
+        assert wait_for(lambda: masterless(st), 10)
+        began = time.monotonic()
+        with caplog.at_level(logging.INFO, logger="rocketq.client"):
+            with pytest.raises(NoMasterError) as raised:
+                producer.send(Message("Failover", b"during"))
+        waited = time.monotonic() - began
+    message = str(raised.value)
+    assert "broker group 'broker-a' of topic Failover has no master right now (a failover may " \
+           "be in progress)" in message, message
+    assert "No route info" not in message and "retried" in message
+    assert raised.value.brokers == ["broker-a"] and isinstance(raised.value, ClientError)
+    assert 1.0 <= waited < 6, waited  # it waited for a master, within the send timeout
+    assert any("has no master right now" in r.getMessage() and "will be retried" in
+               r.getMessage() for r in caplog.records)
+
+
+def test_a_send_waiting_for_a_master_goes_through_when_one_is_back(st):
+    master = master_and_slave(st)
+    port = master.config.listenPort
+    with Producer("pg", namesrv=st.namesrv, send_timeout=20) as producer:
+        producer.send(Message("Failover", b"before"))
+        st.stop_broker(master)
+        assert wait_for(lambda: masterless(st), 10)
+        results: list[object] = []
+        sender = threading.Thread(target=lambda: results.append(
+            producer.send(Message("Failover", b"during"))), daemon=True)
+        sender.start()
+        time.sleep(1.0)
+        assert not results  # still waiting for a master
+        st.start_broker("broker-a", listenPort=port, haSendHeartbeatInterval=200)
+        sender.join(15)
+        assert not sender.is_alive()
+        assert results and results[0].status is SendStatus.SEND_OK
+        assert results[0].queue.broker_name == "broker-a"
