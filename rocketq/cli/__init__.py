@@ -11,17 +11,67 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .. import __version__
 
 log = logging.getLogger("rocketq")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Adds "(default: X)" to the help of an option whose default is worth telling (not None
+    or False) and whose help does not already name one, so every default shows in --help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = action.default
+        if (not text or not action.option_strings or default is None or default is False
+                or default is argparse.SUPPRESS or "default" in text.lower()):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """HelpFormatter that keeps a description's own line breaks (one with examples)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help shows defaults; its subcommands' parsers are Parsers too
+    (argparse makes them of the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class ListenError(OSError):
+    """A server of this process could not listen on its address: the message names the
+    server and the address."""
+
+
+@contextlib.contextmanager
+def _listening(role: str) -> Iterator[None]:
+    """Turn a bind failure while ``role`` starts into a ListenError that names ``role`` and
+    the address (the OSError's filename when the socket layer gives it)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        where = f" on {exc.filename}" if exc.filename else ""
+        reason = (exc.strerror or str(exc)).lower()
+        hint = " (is another one running?)" if exc.errno == errno.EADDRINUSE else ""
+        raise ListenError(exc.errno, f"the {role} cannot listen{where}: {reason}{hint}") \
+            from None
 
 
 def _setup_logging(level: str) -> None:
@@ -80,12 +130,14 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
 
     stop = _stop_on_signal()
     ns = NameServer(args.host, args.port, **_namesrv_security(args))
-    await ns.start()
+    with _listening("NameServer"):
+        await ns.start()
     controller = None
     if args.enable_controller:  # RocketMQ's enableControllerInNamesrv
         controller = _controller(args.host, args.controller_port, args.controller_peers,
                                  args.controller_data_dir, args.etcd)
-        await controller.start()
+        with _listening("controller"):
+            await controller.start()
     print(f"NameServer listening on {ns.address}"
           + (f", controller on {controller.address}" if controller else ""), flush=True)
     await stop.wait()
@@ -111,7 +163,8 @@ def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
 async def _run_controller(args: argparse.Namespace) -> None:
     stop = _stop_on_signal()
     controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd)
-    await controller.start()
+    with _listening("controller"):
+        await controller.start()
     how = f"etcd {args.etcd}" if args.etcd else f"Raft peers: {args.peers or 'none'}"
     print(f"Controller listening on {controller.address} ({how})", flush=True)
     await stop.wait()
@@ -120,11 +173,18 @@ async def _run_controller(args: argparse.Namespace) -> None:
 
 async def _run_broker(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
+    from ..store.lock import StoreLock
 
     stop = _stop_on_signal()
-    broker = Broker(*load_broker_conf(args.config, **_broker_overrides(args)))
+    config, store_config = load_broker_conf(args.config, **_broker_overrides(args))
+    # Before the broker reads its config directory, binds or registers: a second broker on a
+    # store in use stops here (StoreLockedError), and the first one goes on undisturbed.
+    lock = StoreLock.acquire(store_config.storePathRootDir, f"rocketq broker "
+                             f"{config.brokerName} (starting)")
+    broker = Broker(config, store_config, store_lock=lock)
     _report_unknown_keys(args, broker.config.unknown)
-    await broker.start()
+    with _listening("broker"):
+        await broker.start()
     print(f"Broker {broker.config.brokerName} listening on {broker.address} "
           f"(NameServer {broker.config.namesrvAddr})", flush=True)
     await stop.wait()
@@ -135,6 +195,7 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
     from ..broker.security import acl_file, tls_settings
     from ..namesrv import NameServer
+    from ..store.lock import StoreLock
 
     stop = _stop_on_signal()
     overrides = _broker_overrides(args)
@@ -142,15 +203,21 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     if args.slaves:
         overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
     config, store_config = load_broker_conf(args.config, **overrides)
+    # The store's lock before anything listens: a second standalone on the same data
+    # directory (the default one, say) stops here, and the first one goes on undisturbed.
+    lock = StoreLock.acquire(store_config.storePathRootDir,
+                             f"rocketq standalone {config.brokerName} (starting)")
     _report_unknown_keys(args, config.unknown)  # once: the slaves read the same file
     # The NameServer shares the broker's accounts and TLS settings.
     ns = NameServer(args.host, args.namesrv_port, tls=tls_settings(config), acl_file=acl_file(
         config, os.path.join(store_config.storePathRootDir, "config"))
         if config.aclEnable else None)
-    await ns.start()
+    with _listening("NameServer"):
+        await ns.start()
     overrides["namesrvAddr"] = config.namesrvAddr = ns.address
-    broker = Broker(config, store_config)
-    await broker.start()
+    broker = Broker(config, store_config, store_lock=lock)
+    with _listening("broker"):
+        await broker.start()
     brokers = [broker]
     print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
           f"{broker.config.brokerName} {broker.address}, data in "
@@ -164,7 +231,8 @@ async def _run_standalone(args: argparse.Namespace) -> None:
                 "listenPort": 0,
                 "haMasterAddress": broker.ha_server.address if broker.ha_server else None}
             slave = Broker(*load_broker_conf(args.config, **slave_overrides))
-            await slave.start()
+            with _listening(f"slave {i}"):
+                await slave.start()
             brokers.append(slave)
             print(f"slave {i} of {broker.config.brokerName}: {slave.address}, data in "
                   f"{slave.store_config.storePathRootDir}", flush=True)
@@ -205,7 +273,7 @@ def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rocketq", description="rocketq: a RocketMQ-compatible message queue in Python.")
     parser.add_argument("--version", action="version", version=f"rocketq {__version__}")
     parser.add_argument("--log-level", default=None,
@@ -215,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("namesrv", help="run a NameServer")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=9876)
+    p.add_argument("--port", type=int, default=9876, help="port to listen on")
     p.add_argument("--acl-file", metavar="PATH",
                    help="check requests against this plain_acl.yml (reloaded on change)")
     p.add_argument("--tls-config", metavar="FILE",
@@ -266,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default="./rocketq-data", help="store root (default "
                                                                "./rocketq-data)")
     p.add_argument("--host", default="127.0.0.1", help="NameServer listen address")
-    p.add_argument("--namesrv-port", type=int, default=9876)
+    p.add_argument("--namesrv-port", type=int, default=9876,
+                   help="the NameServer's port (0: any free port)")
     p.add_argument("--slaves", type=int, default=0, metavar="N",
                    help="also run N slaves of the broker, replicating it (default 0)")
     p.add_argument("--sync-master", action="store_true",
@@ -297,10 +366,44 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args.func(args))
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError) as exc:
-        print(f"rocketq: {exc}", file=sys.stderr)
+    except ListenError as exc:
+        print(f"rocketq {args.command}: {exc.strerror}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        if args.command in ("admin", "bench") and isinstance(exc, _client_failures()):
+            # What the user asked for and why it failed, on one line: no traceback.
+            print(f"rocketq {args.command}: {_what(args)}: {failure_reason(exc)}",
+                  file=sys.stderr)
+            return 1
+        if isinstance(exc, (OSError, ValueError)):
+            print(f"rocketq: {exc}", file=sys.stderr)
+            return 1
+        raise
     return int(result or 0)
+
+
+def _client_failures() -> tuple[type[BaseException], ...]:
+    """What a client call raises when it cannot do what it was asked: ClientError (which the
+    remoting errors derive from), and the OSErrors and ValueErrors of a network or an input
+    that is not what it should be."""
+    from ..client.errors import ClientError
+    from ..remoting import RemotingError
+
+    return (ClientError, RemotingError, OSError, ValueError)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """An exception as the reason part of a one-line error (its class when it has no
+    message, as a bare TimeoutError has not)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _what(args: argparse.Namespace) -> str:
+    """The subcommand words of an admin or bench command line ("topic delete", "produce")."""
+    words = [getattr(args, name, None) for name in ("admin_group", "action", "config_action",
+                                                    "bench")]
+    return " ".join(w for w in words if isinstance(w, str)) or args.command
 
 
 if __name__ == "__main__":

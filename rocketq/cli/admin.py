@@ -14,88 +14,128 @@ from typing import Any
 
 import orjson
 
-from ..client.admin import AsyncAdmin
+from ..client.admin import DEFAULT_TOPIC_QUEUES, AsyncAdmin
 from ..client.errors import ClientError
 from ..client.instance import ClientInstance
 from ..protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+#: The NameServer addresses when --namesrv is not given, as RocketMQ's tools read them.
+NAMESRV_ENV = "NAMESRV_ADDR"
+#: Queues of a topic created without saying how many (as mqadmin's updateTopic).
+DEFAULT_QUEUES = DEFAULT_TOPIC_QUEUES
+
+
+def default_namesrv() -> str:
+    """$NAMESRV_ADDR, else 127.0.0.1:9876: where the tools look when --namesrv is not given."""
+    return os.environ.get(NAMESRV_ENV, "").strip() or DEFAULT_NAMESRV
+
+
+def add_connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """``--namesrv``, the ACL keys and TLS. Added both to ``admin`` (``defaults``: the values
+    when none is given) and to every admin subcommand, so they may come before or after the
+    subcommand; there they default to nothing at all, not to overwrite one given before."""
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--namesrv", default=default(default_namesrv()),
+                        help=f"NameServer addresses, ';'-separated (default: ${NAMESRV_ENV}, "
+                             f"else {DEFAULT_NAMESRV})")
+    parser.add_argument("--access-key", default=default(os.environ.get("ROCKETQ_ACCESS_KEY")),
+                        help="ACL access key (default: $ROCKETQ_ACCESS_KEY)")
+    parser.add_argument("--secret-key", default=default(os.environ.get("ROCKETQ_SECRET_KEY")),
+                        help="ACL secret key (default: $ROCKETQ_SECRET_KEY)")
+    parser.add_argument("--tls", action="store_true", default=default(False),
+                        help="connect with TLS")
+    parser.add_argument("--tls-ca", metavar="FILE", default=default(None),
+                        help="with --tls: trust the servers' certificates signed by this CA")
+
+
+def _leaf(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """An admin subcommand's parser, which takes the connection options too."""
+    return subparsers.add_parser(name, parents=[_connection_parent()], **kwargs)
+
+
+def _connection_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    add_connection_options(parent, defaults=False)
+    return parent
 
 
 def add_admin_parser(sub: Any) -> None:
-    admin = sub.add_parser("admin", help="administer topics, groups and messages")
-    admin.add_argument("--namesrv", default=DEFAULT_NAMESRV,
-                       help=f"NameServer address (default {DEFAULT_NAMESRV})")
-    admin.add_argument("--access-key", default=os.environ.get("ROCKETQ_ACCESS_KEY"),
-                       help="ACL access key (default: $ROCKETQ_ACCESS_KEY)")
-    admin.add_argument("--secret-key", default=os.environ.get("ROCKETQ_SECRET_KEY"),
-                       help="ACL secret key (default: $ROCKETQ_SECRET_KEY)")
-    admin.add_argument("--tls", action="store_true", help="connect with TLS")
-    admin.add_argument("--tls-ca", metavar="FILE",
-                       help="with --tls: trust the servers' certificates signed by this CA")
+    admin = sub.add_parser("admin", help="administer topics, groups and messages",
+                           description="Administer topics, groups and messages through a "
+                                       "NameServer (what RocketMQ's mqadmin does). The "
+                                       "connection options may also follow the subcommand.")
+    add_connection_options(admin, defaults=True)
     groups = admin.add_subparsers(dest="admin_group", required=True, metavar="WHAT")
 
     topic = groups.add_parser("topic", help="topics").add_subparsers(
         dest="action", required=True, metavar="ACTION")
-    p = topic.add_parser("create", help="create or update a topic on every master broker")
+    p = _leaf(topic, "create", help="create or update a topic on every master broker")
     p.add_argument("topic")
-    p.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
+    p.add_argument("--queues", type=int, default=DEFAULT_QUEUES,
+                   help="read and write queues")
     p.add_argument("--perm", type=int, default=6, help="permission bits (default 6, RW)")
     p.add_argument("--cluster", default=None, help="only brokers of this cluster")
     p.add_argument("--order", action="store_true", help="mark the topic as ordered")
     p.set_defaults(func=topic_create)
-    topic.add_parser("list", help="every topic the NameServer knows").set_defaults(
+    _leaf(topic, "list", help="every topic the NameServer knows").set_defaults(
         func=topic_list)
-    p = topic.add_parser("route", help="a topic's route")
+    p = _leaf(topic, "route", help="a topic's route")
     p.add_argument("topic")
     p.set_defaults(func=topic_route)
-    p = topic.add_parser("status", help="min and max offsets of each queue")
+    p = _leaf(topic, "status", help="min and max offsets of each queue")
     p.add_argument("topic")
     p.set_defaults(func=topic_status)
-    p = topic.add_parser("delete", help="delete a topic from its brokers and NameServers")
+    p = _leaf(topic, "delete", help="delete a topic from its brokers and NameServers")
     p.add_argument("topic")
     p.set_defaults(func=topic_delete)
 
     cluster = groups.add_parser("cluster", help="clusters").add_subparsers(
         dest="action", required=True, metavar="ACTION")
-    cluster.add_parser("list", help="brokers of each cluster").set_defaults(func=cluster_list)
+    _leaf(cluster, "list", help="brokers of each cluster").set_defaults(func=cluster_list)
 
     consumer = groups.add_parser("consumer", help="consumer groups").add_subparsers(
         dest="action", required=True, metavar="ACTION")
-    p = consumer.add_parser("progress", help="offsets and lag of a group")
+    p = _leaf(consumer, "progress", help="offsets and lag of a group")
     p.add_argument("group")
-    p.add_argument("--topic", default=None)
+    p.add_argument("--topic", default=None, help="only this topic (default: every topic the "
+                                                 "group has offsets in)")
     p.set_defaults(func=consumer_progress)
-    p = consumer.add_parser("connections", help="live members of a group")
+    p = _leaf(consumer, "connections", help="live members of a group")
     p.add_argument("group")
     p.set_defaults(func=consumer_connections)
 
     message = groups.add_parser("message", help="find messages").add_subparsers(
         dest="action", required=True, metavar="ACTION")
-    p = message.add_parser("id", help="by offset message id, or by unique id with --topic")
+    p = _leaf(message, "id", help="by message id: the one send prints (the producer's unique "
+                                  "id) or the broker's offset id")
     p.add_argument("msg_id")
-    p.add_argument("--topic", default=None)
+    p.add_argument("--topic", default=None,
+                   help="the topic of a unique id (default: search every topic)")
     p.set_defaults(func=message_by_id)
-    p = message.add_parser("key", help="by key")
+    p = _leaf(message, "key", help="by key")
     p.add_argument("topic")
     p.add_argument("key")
-    p.add_argument("--max", type=int, default=32)
+    p.add_argument("--max", type=int, default=32, help="at most this many messages")
     p.set_defaults(func=message_by_key)
 
-    p = groups.add_parser("send", help="send messages from the terminal")
+    p = _leaf(groups, "send", help="send messages from the terminal")
     p.add_argument("topic")
     p.add_argument("body", help="the body ('-' reads lines from standard input, one message "
                                 "each)")
     p.add_argument("--tags", default=None)
     p.add_argument("--keys", default=None, help="space-separated keys")
-    p.add_argument("--count", type=int, default=1)
-    p.add_argument("--group", default="rocketq-admin-producer")
+    p.add_argument("--count", type=int, default=1, help="send the body this many times")
+    p.add_argument("--group", default="rocketq-admin-producer", help="producer group")
     p.set_defaults(func=send)
 
-    p = groups.add_parser("tail", help="print a topic's messages as they arrive")
+    p = _leaf(groups, "tail", help="print a topic's messages as they arrive")
     p.add_argument("topic")
     p.add_argument("--expression", default="*", help="tag expression (default *)")
-    p.add_argument("--from", dest="from_where", choices=["first", "last"], default="last")
+    p.add_argument("--from", dest="from_where", choices=["first", "last"], default="last",
+                   help="first: from each queue's first message; last: only new ones")
     p.add_argument("--count", type=int, default=0, help="stop after this many (0: never)")
     p.add_argument("--timeout", type=float, default=0,
                    help="stop after this many idle seconds (0: never)")
@@ -140,27 +180,20 @@ async def _masters(args: argparse.Namespace, instance: ClientInstance) -> dict[s
 
 
 async def _run(args: argparse.Namespace, body: Any) -> int:
-    """Run ``body(instance)``; a ClientError (no such cluster, a broker that refused) is
-    printed on standard error and ends the command with status 1."""
+    """Run ``body(instance)`` and close the client. What it raises (a ClientError: no such
+    topic, a broker that refused, a NameServer that cannot be reached) goes up to ``main``,
+    which prints it on one line and ends the command with status 1."""
     instance = await _instance(args)
     try:
         return await body(instance)
-    except ClientError as exc:
-        print(exc, file=sys.stderr)
-        return 1
     finally:
         await instance.remoting.close()
 
 
 async def topic_create(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        try:
-            masters = await AsyncAdmin(args.namesrv, instance=instance).create_topic(
-                args.topic, args.queues, cluster=args.cluster, perm=args.perm,
-                order=args.order)
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        masters = await AsyncAdmin(args.namesrv, instance=instance).create_topic(
+            args.topic, args.queues, cluster=args.cluster, perm=args.perm, order=args.order)
         for name, addr in sorted(masters.items()):
             print(f"created {args.topic} on {name} ({addr}) with {args.queues} queues")
         return 0
@@ -169,9 +202,7 @@ async def topic_create(args: argparse.Namespace) -> int:
 
 async def topic_list(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        r = await instance.invoke_namesrv(lambda: RemotingCommand.request(
-            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-        for topic in sorted(orjson.loads(r.body).get("topicList", [])):
+        for topic in await AsyncAdmin(args.namesrv, instance=instance).list_topics():
             print(topic)
         return 0
     return await _run(args, body)
@@ -182,8 +213,7 @@ async def topic_route(args: argparse.Namespace) -> int:
         r = await instance.invoke_namesrv(lambda: RemotingCommand.request(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": args.topic}))
         if r.code != ResponseCode.SUCCESS:
-            print(r.remark, file=sys.stderr)
-            return 1
+            raise ClientError(f"no route for {args.topic}: {r.remark}")
         _print(orjson.loads(r.body))
         return 0
     return await _run(args, body)
@@ -193,8 +223,7 @@ async def topic_status(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         route = await instance.route(args.topic)
         if route is None:
-            print(f"no route for {args.topic}", file=sys.stderr)
-            return 1
+            raise ClientError(f"no route for {args.topic}")
         print(f"{'broker':<16} {'queue':>5} {'min':>12} {'max':>12}  last update")
         for name in sorted(route.broker_addrs):
             addr = instance.broker_addr(name)
@@ -218,13 +247,9 @@ async def topic_status(args: argparse.Namespace) -> int:
 
 async def topic_delete(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        for addr in sorted((await _masters(args, instance)).values()):
-            await instance.remoting.invoke(addr, RemotingCommand.request(
-                RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic}))
-        for addr in instance.namesrv_addrs:
-            await instance.remoting.invoke(addr, RemotingCommand.request(
-                RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": args.topic}))
-        print(f"deleted {args.topic}")
+        holders = await AsyncAdmin(args.namesrv, instance=instance).delete_topic(args.topic)
+        print(f"deleted {args.topic}" + (f" from {', '.join(holders)}" if holders else
+                                         " from the NameServer"))
         return 0
     return await _run(args, body)
 
@@ -267,30 +292,17 @@ async def cluster_list(args: argparse.Namespace) -> int:
 
 async def consumer_progress(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
-        ext = {"consumerGroup": args.group}
-        if args.topic:
-            ext["topic"] = args.topic
-        total_lag = 0
-        rows = []
-        for name, addr in sorted((await _masters(args, instance)).items()):
-            r = await instance.remoting.invoke(addr, RemotingCommand.request(
-                RequestCode.GET_CONSUME_STATS, ext))
-            if r.code != ResponseCode.SUCCESS:
-                continue
-            for mq, stats in fastjson.loads(r.body)["offsetTable"].items:
-                lag = stats["brokerOffset"] - stats["consumerOffset"]
-                total_lag += lag
-                rows.append((mq["topic"], name, mq["queueId"], stats["brokerOffset"],
-                             stats["consumerOffset"], lag))
-        if not rows:
-            print(f"no progress recorded for group {args.group}", file=sys.stderr)
-            return 1
+        progress = await AsyncAdmin(args.namesrv, instance=instance).consumer_progress(
+            args.group, args.topic)
+        if not progress.queues:
+            raise ClientError(f"no progress recorded for group {args.group}"
+                              + (f" in {args.topic}" if args.topic else ""))
         print(f"{'topic':<24} {'broker':<16} {'queue':>5} {'broker offset':>14} "
               f"{'consumer offset':>16} {'lag':>10}")
-        for row in sorted(rows):
-            print(f"{row[0]:<24} {row[1]:<16} {row[2]:>5} {row[3]:>14} {row[4]:>16} "
-                  f"{row[5]:>10}")
-        print(f"total lag: {total_lag}")
+        for q in progress.queues:
+            print(f"{q.queue.topic:<24} {q.queue.broker_name:<16} {q.queue.queue_id:>5} "
+                  f"{q.broker_offset:>14} {q.consumer_offset:>16} {q.lag:>10}")
+        print(f"total lag: {progress.total_lag}")
         return 0
     return await _run(args, body)
 
@@ -313,8 +325,7 @@ async def consumer_connections(args: argparse.Namespace) -> int:
             for topic, sub in sorted(data["subscriptionTable"].items()):
                 print(f"  subscribes {topic}: {sub['subString']}")
         if not found:
-            print(f"the consumer group {args.group} is not online", file=sys.stderr)
-            return 1
+            raise ClientError(f"the consumer group {args.group} is not online")
         return 0
     return await _run(args, body)
 
@@ -332,20 +343,7 @@ def _show(records: list[Any]) -> None:
 async def message_by_id(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         admin = AsyncAdmin(args.namesrv, instance=instance)
-        try:
-            _show([await admin.view_message(args.msg_id)])
-            return 0
-        except ClientError:
-            pass  # not an offset id of a reachable broker: try it as a unique id
-        if not args.topic:
-            print("not found by offset id; give --topic to search by unique id",
-                  file=sys.stderr)
-            return 1
-        try:
-            _show([await admin.query_message_by_unique_key(args.topic, args.msg_id)])
-        except ClientError as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        _show([await admin.message_by_id(args.msg_id, args.topic)])
         return 0
     return await _run(args, body)
 
@@ -355,8 +353,7 @@ async def message_by_key(args: argparse.Namespace) -> int:
         admin = AsyncAdmin(args.namesrv, instance=instance)
         found = await admin.query_messages(args.topic, args.key, max_num=args.max)
         if not found:
-            print(f"no message of {args.topic} with key {args.key}", file=sys.stderr)
-            return 1
+            raise ClientError(f"no message of {args.topic} with key {args.key}")
         _show(found)
         return 0
     return await _run(args, body)
@@ -376,7 +373,8 @@ async def send(args: argparse.Namespace) -> int:
                 if not line:
                     break
                 r = await producer.send(Message(args.topic, line.rstrip("\n").encode(),
-                                                tags=args.tags, keys=args.keys))
+                                                tags=args.tags,
+                                                keys=args.keys.split() if args.keys else None))
                 print(f"{r.status.value} {r.msg_id} {r.queue} offset {r.queue_offset}")
         else:
             for _ in range(args.count):
@@ -388,26 +386,40 @@ async def send(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The consumer group of tail: the tools' group every RocketMQ broker creates at start (what
+#: mqadmin's consumeMessage uses), so that a tail leaves no group of its own behind.
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+
+
 async def tail(args: argparse.Namespace) -> int:
+    """Print the topic's messages: its queues assigned, not shared with a group, and each
+    one's position set here (its first or its last offset), never committed."""
     from ..client.pull import AsyncPullConsumer
 
-    consumer = AsyncPullConsumer(f"rocketq-admin-tail-{int(time.time())}", args.namesrv,
+    consumer = AsyncPullConsumer(TOOLS_CONSUMER_GROUP, args.namesrv,
                                  from_where=args.from_where, auto_commit=False,
                                  **security(args))
-    queues = await consumer.fetch_queues(args.topic)
-    consumer.assign(queues)
-    consumer.subscriptions[args.topic] = consumer._sub_all(args.topic)
-    if args.expression != "*":
-        consumer.subscribe(args.topic, args.expression)
-    await consumer.start()
-    if args.from_where == "last":
-        for mq in queues:
-            await consumer.seek_to_end(mq)
-    seen = 0
-    idle_since = time.monotonic()
     try:
+        queues = await consumer.fetch_queues(args.topic)
+        consumer.assign(queues)
+        if args.expression != "*":
+            consumer.subscribe(args.topic, args.expression)
+        await consumer.start()
+    except BaseException:
+        await consumer.shutdown()
+        await consumer.instance.stop()
+        raise
+    try:
+        # Positions of our own: the tools' group may have offsets someone committed.
+        for mq in queues:
+            await (consumer.seek_to_begin(mq) if args.from_where == "first"
+                   else consumer.seek_to_end(mq))
+        seen = 0
+        idle_since = time.monotonic()
         while True:
             messages = await consumer.poll(0.5)
+            if args.count:
+                messages = messages[:args.count - seen]  # exactly --count, no more
             for m in messages:
                 print(f"{m.queue} offset {m.queue_offset} tags={m.tags} keys={m.keys} "
                       f"{m.body.decode('utf-8', 'replace')}", flush=True)
@@ -419,6 +431,9 @@ async def tail(args: argparse.Namespace) -> int:
             if args.timeout and time.monotonic() - idle_since >= args.timeout:
                 break
     finally:
+        # Forget the positions, so that leaving the group commits none of them.
+        for mq in queues:
+            consumer.offset_store.remove(mq)
         await consumer.shutdown()
     return 0
 
@@ -439,7 +454,7 @@ def _add_broker_config_parser(groups: Any) -> None:
         dest="config_action", required=True, metavar="ACTION")
     for name, func, text in (("get", broker_config_get, "print every setting, key=value"),
                              ("update", broker_config_update, "change settings")):
-        p = config.add_parser(name, help=text)
+        p = _leaf(config, name, help=text)
         target = p.add_mutually_exclusive_group(required=True)
         target.add_argument("--broker", action="append", metavar="ADDR",
                             help="a broker's address, host:port (may be repeated)")
@@ -533,7 +548,7 @@ async def broker_config_update(args: argparse.Namespace) -> int:
 def _add_offset_parser(groups: Any) -> None:
     offset = groups.add_parser("offset", help="consumer group offsets").add_subparsers(
         dest="action", required=True, metavar="ACTION")
-    p = offset.add_parser("reset", help="move a group's offsets in a topic to a point in time "
+    p = _leaf(offset, "reset", help="move a group's offsets in a topic to a point in time "
                                         "(online members consume from there at once)")
     p.add_argument("group")
     p.add_argument("topic")
@@ -576,8 +591,7 @@ async def offset_reset(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         route = await instance.fetch_route(args.topic)
         if route is None:
-            print(f"no route for topic {args.topic}", file=sys.stderr)
-            return 1
+            raise ClientError(f"no route for topic {args.topic}")
         header = {"topic": args.topic, "group": args.group, "timestamp": args.time,
                   "isForce": args.force}
         rows = []
@@ -629,7 +643,7 @@ def _add_group_parser(groups: Any) -> None:
             ("update", group_update, "change the given settings of a group, keep the rest"),
             ("delete", group_delete, "delete a group"),
             ("list", group_list, "print every group's settings")):
-        p = group.add_parser(name, help=text, description=text)
+        p = _leaf(group, name, help=text, description=text)
         if name != "list":
             p.add_argument("group")
         target = p.add_mutually_exclusive_group()

@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +26,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import spawn_standalone
+from . import RawDescriptionHelpFormatter, failure_reason, spawn_standalone
 
 MODES = ("sync", "async", "oneway", "batch")
+NAMESRV_HELP = ("NameServer addresses, ';'-separated (default: $NAMESRV_ADDR, else "
+                "127.0.0.1:9876)")
 
 
 def _positive(kind: type) -> Callable[[str], Any]:
@@ -41,19 +44,23 @@ def _positive(kind: type) -> Callable[[str], Any]:
 
 def add_bench_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="measure a broker: produce, consume, e2e",
-                           description=__doc__.splitlines()[0])
+                           description=__doc__.replace("``", ""),
+                           formatter_class=RawDescriptionHelpFormatter)
+    # Also before KIND; after it, an absent --namesrv keeps the value given here.
+    bench.add_argument("--namesrv", help=NAMESRV_HELP)
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="KIND")
     for name, text in (("produce", "send messages as fast as the mode allows"),
                        ("consume", "read a topic from its first offset"),
                        ("e2e", "send and consume at once; latency from birth to receipt")):
-        p = kinds.add_parser(name, help=text)
-        where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument("--namesrv", help="NameServer addresses, ';'-separated")
+        p = kinds.add_parser(name, help=text, description=text)
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--namesrv", default=argparse.SUPPRESS, help=NAMESRV_HELP)
         where.add_argument("--start-broker", action="store_true",
-                           help="start a rocketq standalone broker in a temporary directory")
+                           help="start a rocketq standalone broker in a temporary directory "
+                                "instead")
         p.add_argument("--flush", choices=["async", "sync"], default="async",
                        help="flush mode of the broker --start-broker starts")
-        p.add_argument("--topic", default="BenchmarkTest")
+        p.add_argument("--topic", default="BenchmarkTest", help="the topic")
         p.add_argument("--queues", type=_positive(int),
                        help="create or update the topic with this many queues on every "
                             "master (default with --start-broker: 4)")
@@ -97,6 +104,8 @@ class Meter:
     ended: float | None = None
     count: int = 0
     errors: int = 0
+    #: How many messages failed for each reason, the first reason first.
+    reasons: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)  # milliseconds
     _tick_count: int = 0
     _tick_latencies: list[float] = field(default_factory=list)
@@ -106,6 +115,11 @@ class Meter:
         if latency_ms is not None:
             self.latencies.append(latency_ms)
             self._tick_latencies.append(latency_ms)
+
+    def fail(self, messages: int, exc: BaseException) -> None:
+        """Count ``messages`` that failed, and why."""
+        self.errors += messages
+        self.reasons[failure_reason(exc)] += messages
 
     def tick(self, seconds: float) -> str:
         """A progress line about the last ``seconds``; starts the next interval."""
@@ -128,6 +142,8 @@ class Meter:
             "msgs_s": round(self.count / elapsed, 1) if elapsed > 0 else 0.0,
             "mb_s": round(self.count * self.size / elapsed / 1e6, 3) if elapsed > 0 else 0.0,
         }
+        if self.reasons:
+            out["error_reasons"] = dict(self.reasons)
         if self.latencies:
             p50, p99, p999, top = _quantiles(self.latencies)
             out["latency_ms"] = {"p50": round(p50, 3), "p99": round(p99, 3),
@@ -213,8 +229,8 @@ async def produce(args: argparse.Namespace, namesrv: str, meter: Meter,
                     await producer.send_oneway(Message(args.topic, body))
                 else:
                     await producer.send(Message(args.topic, body))
-            except Exception:
-                meter.errors += n
+            except Exception as exc:
+                meter.fail(n, exc)
                 if meter.errors > 1000 and meter.errors > meter.count:
                     raise
                 continue
@@ -365,7 +381,21 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _failures(result: dict[str, Any]) -> tuple[list[str], bool]:
+    """Lines for standard error, one per reason sends failed for with its count; and whether
+    every send failed (nothing was measured: the run is a failure, not a figure)."""
+    part = result.get("produce") or {}
+    lines = [f"{count:,} message(s) failed: {reason}"
+             for reason, count in (part.get("error_reasons") or {}).items()]
+    return lines, bool(part.get("errors")) and not part.get("messages")
+
+
 async def run_bench(args: argparse.Namespace) -> int:
+    namesrv = getattr(args, "namesrv", None)
+    if args.start_broker and namesrv:
+        print(f"rocketq bench: {args.bench}: give --namesrv or --start-broker, not both",
+              file=sys.stderr)
+        return 2
     if args.start_broker:
         with tempfile.TemporaryDirectory(prefix="rocketq-bench-") as data_dir:
             proc, namesrv = await asyncio.to_thread(spawn_standalone, data_dir, flush=args.flush)
@@ -376,9 +406,14 @@ async def run_bench(args: argparse.Namespace) -> int:
                 proc.terminate()
                 await asyncio.to_thread(proc.wait, 30)
     else:
-        result = await bench(args, args.namesrv)
+        from .admin import default_namesrv
+
+        result = await bench(args, namesrv or default_namesrv())
     if args.json:
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
     else:
         print(_table(result))
-    return 0
+    lines, all_failed = _failures(result)
+    for line in lines:
+        print(f"rocketq bench: {args.bench}: {line}", file=sys.stderr)
+    return 1 if all_failed else 0

@@ -2,7 +2,9 @@
 its own child process on loopback, for trying automatic failover with one command.
 
 Each broker's ``broker.conf``, store and log are under ``--data-dir``. Ctrl-C (or SIGTERM)
-stops every child; killing one broker with ``kill -9`` shows a failover.
+stops every child; killing one broker with ``kill -9`` shows a failover: the command says
+which child exited and how, and which replica each group's master is, at start and whenever
+that changes.
 """
 
 from __future__ import annotations
@@ -11,11 +13,19 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import string
 import sys
+from dataclasses import dataclass
 
 ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
+#: Where ``rocketq cluster`` keeps its children's stores, configs and logs by default.
+DEFAULT_DATA_DIR = "./rocketq-cluster"
+#: How long the start waits for every group to have a master before it says which one.
+ELECTION_WAIT = 20.0
+#: How often the NameServer is asked for the masters, to report a change.
+WATCH_INTERVAL = 1.0
 
 
 def free_port(pair: bool = False) -> int:
@@ -47,7 +57,8 @@ async def _spawn(args: list[str], log_path: str, timeout: float = 30
             while True:
                 line = await proc.stdout.readline()
                 if not line:
-                    raise OSError(f"rocketq {args[0]} exited; see {log_path}")
+                    code = await proc.wait()
+                    raise OSError(f"rocketq {args[0]} {exit_text(code)}; see {log_path}")
                 if b"listening" in line:
                     return proc
     except BaseException:
@@ -67,20 +78,145 @@ def group_names(count: int) -> list[str]:
     return names
 
 
+def exit_text(code: int) -> str:
+    """How a child process ended: its exit status, or the signal that killed it."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+@dataclass
+class Child:
+    """A child process of the cluster and what it is."""
+
+    label: str  # "NameServer", "controller", "broker-a replica 0"
+    proc: asyncio.subprocess.Process
+    #: Whether the cluster cannot go on without it (the NameServer, the controller).
+    essential: bool = False
+    port: int | None = None
+
+    def describe(self) -> str:
+        return f"{self.label} (pid {self.proc.pid})"
+
+
+class MasterWatch:
+    """Which replica each broker group's master is, as the NameServer sees it: printed once
+    every group has one (or the wait is over), then again whenever one changes."""
+
+    def __init__(self, namesrv: str, groups: list[str], brokers: list[Child]) -> None:
+        from ..client.admin import AsyncAdmin
+
+        self.admin = AsyncAdmin(namesrv)
+        self.groups = groups
+        self.by_port = {child.port: child for child in brokers}
+        self.current: dict[str, str | None] = {}
+        #: Each group's last master seen, through an interregnum without one.
+        self.last: dict[str, str] = {}
+
+    async def masters(self) -> dict[str, str] | None:
+        """``group -> master address``, or None when the NameServer does not answer."""
+        from ..client.errors import ClientError
+
+        try:
+            return await self.admin.masters()
+        except (ClientError, OSError):
+            return None
+
+    def line(self, group: str, addr: str | None) -> str:
+        """``broker-a master: 127.0.0.1:PORT (replica 1, pid N)``, and what it was."""
+        if addr is None:
+            text = f"{group} master: none (until the controller elects one)"
+        else:
+            port = addr.rpartition(":")[2]
+            child = self.by_port.get(int(port)) if port.isdigit() else None
+            label = child.label.removeprefix(f"{group} ") if child else ""
+            text = f"{group} master: {addr}" + (f" ({label}, pid {child.proc.pid})"
+                                                 if child else "")
+        before = self.last.get(group)
+        return text + (f", was {before}" if before and before != addr else "")
+
+    def _set(self, group: str, addr: str | None) -> None:
+        self.current[group] = addr
+        if addr is not None:
+            self.last[group] = addr
+
+    async def first(self, timeout: float = ELECTION_WAIT) -> None:
+        """Wait until every group has a master, for at most ``timeout`` seconds; print them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        masters: dict[str, str] = {}
+        while loop.time() < deadline:
+            masters = await self.masters() or {}
+            if all(group in masters for group in self.groups):
+                break
+            await asyncio.sleep(0.25)
+        for group in self.groups:
+            print(self.line(group, masters.get(group)), flush=True)
+            self._set(group, masters.get(group))
+
+    async def watch(self, interval: float = WATCH_INTERVAL) -> None:
+        """Print each change of a group's master, until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            masters = await self.masters()
+            if masters is None:
+                continue
+            for group in self.groups:
+                addr = masters.get(group)
+                if addr != self.current.get(group):
+                    print(self.line(group, addr), flush=True)
+                    self._set(group, addr)
+
+    async def close(self) -> None:
+        await self.admin.close()
+
+
+async def _supervise(children: list[Child], watch: MasterWatch, stop: asyncio.Event) -> None:
+    """Until ``stop`` is set or an essential child exits: report each child that exits (a
+    broker's exit is what a failover follows) and each change of master."""
+    waits = {asyncio.ensure_future(child.proc.wait()): child for child in children}
+    stopping = asyncio.ensure_future(stop.wait())
+    watching = asyncio.ensure_future(watch.watch())
+    try:
+        while True:
+            done, _ = await asyncio.wait([stopping, *waits], return_when=asyncio.FIRST_COMPLETED)
+            if stopping in done:
+                return
+            for task in done:
+                child = waits.pop(task)
+                print(f"{child.describe()} {exit_text(task.result())}"
+                      + ("; stopping the cluster" if child.essential else ""), flush=True)
+                if child.essential:
+                    return
+    finally:
+        for task in (stopping, watching, *waits):
+            task.cancel()
+        await asyncio.gather(stopping, watching, *waits, return_exceptions=True)
+
+
 async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    from ..dirlock import DirectoryLock
+
     data = os.path.abspath(args.data_dir)
-    os.makedirs(data, exist_ok=True)
-    children: list[asyncio.subprocess.Process] = []
+    # Before a broker.conf is written: a second ``rocketq cluster`` on this directory would
+    # rewrite the running brokers' configs.
+    lock = DirectoryLock.acquire(data, "rocketq cluster", what="cluster directory")
+    children: list[Child] = []
+    watch: MasterWatch | None = None
     try:
         namesrv = f"127.0.0.1:{args.namesrv_port}"
-        children.append(await _spawn(["namesrv", "--port", str(args.namesrv_port)],
-                                     os.path.join(data, "namesrv.log")))
+        children.append(Child("NameServer", await _spawn(
+            ["namesrv", "--port", str(args.namesrv_port)], os.path.join(data, "namesrv.log")),
+            essential=True, port=args.namesrv_port))
         controller_port = args.controller_port or free_port(pair=True)
         controller = f"127.0.0.1:{controller_port}"
-        children.append(await _spawn(
+        children.append(Child("controller", await _spawn(
             ["controller", "--port", str(controller_port),
              "--data-dir", os.path.join(data, "controller")],
-            os.path.join(data, "controller.log")))
+            os.path.join(data, "controller.log")), essential=True, port=controller_port))
         print(f"NameServer {namesrv}\nController {controller}", flush=True)
         for name in group_names(args.groups):
             for replica in range(args.replicas):
@@ -97,18 +233,18 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                         with open(args.config) as extra:
                             fh.write(extra.read())
                 proc = await _spawn(["broker", "-c", conf], os.path.join(root, "broker.log"))
-                children.append(proc)
+                children.append(Child(f"{name} replica {replica}", proc, port=port))
                 print(f"{name} replica {replica}: 127.0.0.1:{port} (pid {proc.pid}, data "
                       f"{root})", flush=True)
+        watch = MasterWatch(namesrv, group_names(args.groups), children[2:])
+        await watch.first()
         print(f"connect clients with namesrv=\"{namesrv}\"; Ctrl-C stops all", flush=True)
-        done = asyncio.ensure_future(stop.wait())
-        exits = [asyncio.ensure_future(p.wait()) for p in children[:2]]
-        await asyncio.wait([done, *exits], return_when=asyncio.FIRST_COMPLETED)
-        for task in (done, *exits):
-            task.cancel()
+        await _supervise(children, watch, stop)
         print("stopping...", flush=True)
     finally:
-        for proc in reversed(children):  # brokers first, the NameServer last
+        if watch is not None:
+            await watch.close()
+        for proc in reversed([child.proc for child in children]):  # the NameServer last
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.terminate()
@@ -118,6 +254,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
+        lock.release()
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
@@ -126,9 +263,9 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
                                        "failover)")
     p.add_argument("--replicas", type=int, default=3, help="brokers per group (default 3)")
     p.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
-    p.add_argument("--data-dir", default="./rocketq-cluster",
-                   help="stores, configs and logs (default ./rocketq-cluster)")
-    p.add_argument("--namesrv-port", type=int, default=9876)
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                   help="stores, configs and logs")
+    p.add_argument("--namesrv-port", type=int, default=9876, help="the NameServer's port")
     p.add_argument("--controller-port", type=int, default=0,
                    help="default: any free port (Raft uses the next one)")
     p.add_argument("-c", "--config", help="broker.conf lines added to every broker's")

@@ -10,7 +10,6 @@ from rocketq.cli import main
 
 
 @pytest.mark.parametrize("argv", [
-    ["bench", "produce"],  # neither --namesrv nor --start-broker
     ["bench", "produce", "--namesrv", "127.0.0.1:1", "--start-broker"],
     ["bench", "produce", "--namesrv", "127.0.0.1:1", "--size", "0"],
     ["bench", "produce", "--namesrv", "127.0.0.1:1", "--mode", "fast"],
