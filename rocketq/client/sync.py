@@ -27,14 +27,18 @@ if TYPE_CHECKING:
     import ssl
 
     from ..acl import Credentials
+    from .allocate import AllocateStrategy
 
 T = TypeVar("T")
 
-#: The asyncio producer's options the synchronous producers take: all but ``instance``, a
-#: ClientInstance of an event loop the caller does not run.
-_PRODUCER_OPTIONS = tuple(
-    p.name for p in inspect.signature(AsyncProducer).parameters.values()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "instance")
+def _options(cls: type) -> tuple[str, ...]:
+    """The options of an asyncio client the synchronous one takes: its keyword-only
+    parameters but ``instance``, a ClientInstance of an event loop the caller does not run."""
+    return tuple(p.name for p in inspect.signature(cls).parameters.values()
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "instance")
+
+
+_PRODUCER_OPTIONS = _options(AsyncProducer)
 
 
 class _LoopThread:
@@ -440,7 +444,21 @@ class PushConsumer:
             ``host:port[;host:port...]``, or an option is not one of its values.
     """
 
-    def __init__(self, group: str, namesrv: str, **options: Any) -> None:
+    def __init__(self, group: str, namesrv: str, *, model: str = "clustering",
+                 from_where: str = "last", consume_timestamp: int | None = None,
+                 allocate: AllocateStrategy | str = "averagely",
+                 consume_thread_min: int = 20, consume_thread_max: int = 20,
+                 pull_batch_size: int = 32, consume_message_batch_max_size: int = 1,
+                 pull_threshold_for_queue: int = 1000,
+                 pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
+                 max_reconsume_times: int = 16, suspend_timeout: float = 15.0,
+                 orderly: bool = False, suspend_current_queue_time: float = 1.0,
+                 rebalance_interval: float = 20.0, persist_interval: float = 5.0,
+                 offset_store_dir: str | None = None,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None) -> None:
+        values = locals()  # the options, passed on by name: none can be left behind
+        options = {name: values[name] for name in _options(AsyncPushConsumer)}
         self._loop = _LoopThread.get()
         self._async = self._loop.create(lambda: AsyncPushConsumer(group, namesrv, **options))
 
@@ -538,7 +556,16 @@ class PullConsumer:
             ``host:port[;host:port...]``, or an option is not one of its values.
     """
 
-    def __init__(self, group: str, namesrv: str, **options: Any) -> None:
+    def __init__(self, group: str, namesrv: str, *, from_where: str = "last",
+                 consume_timestamp: int | None = None,
+                 allocate: AllocateStrategy | str = "averagely", pull_batch_size: int = 32,
+                 auto_commit: bool = True, auto_commit_interval: float = 5.0,
+                 pull_threshold_for_queue: int = 1000, max_poll_records: int = 1024,
+                 suspend_timeout: float = 20.0, rebalance_interval: float = 20.0,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None) -> None:
+        values = locals()  # the options, passed on by name: none can be left behind
+        options = {name: values[name] for name in _options(AsyncPullConsumer)}
         self._loop = _LoopThread.get()
         self._async = self._loop.create(lambda: AsyncPullConsumer(group, namesrv, **options))
 
@@ -761,9 +788,12 @@ class Admin:
         InvalidArgumentError: ``namesrv`` is not ``host:port[;host:port...]``.
     """
 
-    def __init__(self, namesrv: str, **options: Any) -> None:
+    def __init__(self, namesrv: str, *,
+                 credentials: Credentials | tuple[str, ...] | None = None,
+                 tls: bool | ssl.SSLContext | None = None) -> None:
         self._loop = _LoopThread.get()
-        self._async = self._loop.create(lambda: AsyncAdmin(namesrv, **options))
+        self._async = self._loop.create(
+            lambda: AsyncAdmin(namesrv, credentials=credentials, tls=tls))
 
     def close(self) -> None:
         """Close the admin's connections.

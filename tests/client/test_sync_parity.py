@@ -104,25 +104,6 @@ def test_same_public_methods_and_signatures(name):
     assert not problems, "\n".join(problems)
 
 
-#: Sync classes whose constructors spell out their options (``inspect.signature`` and help()
-#: show them) instead of taking ``**options``; checked by
-#: test_producer_constructors_take_the_async_options_by_name.
-EXPLICIT_OPTIONS = ["Producer", "TransactionProducer"]
-
-
-@pytest.mark.parametrize("name", [c for c in CLASSES if c not in EXPLICIT_OPTIONS])
-def test_constructors_forward_options(name):
-    """A sync constructor takes the async one's positional parameters and passes the
-    keyword-only options on unchanged through ``**options``, so an option added to the async
-    class is available to the sync one at once and cannot drift."""
-    sync_cls, async_cls = getattr(rocketq, name), getattr(rocketq.aio, name)
-    sync = parameters(sync_cls.__init__)
-    asyn = parameters(async_cls.__init__)
-    keyword = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD
-    assert sync[:-1] == [p for p in asyn if p[1] not in keyword]
-    assert sync[-1][:2] == ("options", inspect.Parameter.VAR_KEYWORD)
-
-
 def keyword_options(cls: type) -> dict[str, tuple[Any, Any]]:
     """``name -> (default, annotation)`` of the keyword-only options of ``cls()``, those it
     passes on through ``**options`` included (AsyncTransactionProducer's are the producer's);
@@ -136,7 +117,34 @@ def keyword_options(cls: type) -> dict[str, tuple[Any, Any]]:
     return out
 
 
-@pytest.mark.parametrize("name", EXPLICIT_OPTIONS)
+@pytest.mark.parametrize("name", CLASSES)
+def test_constructors_take_the_async_options_by_name(name):
+    """Every sync class's signature names every option of the asyncio one, with the same
+    defaults and annotations (help() and editors show them), and takes no ``**options``."""
+    sync_cls, async_cls = getattr(rocketq, name), getattr(rocketq.aio, name)
+    sync = parameters(sync_cls.__init__)
+    assert all(p[1] is not inspect.Parameter.VAR_KEYWORD for p in sync), "takes **options"
+    positional = [p for p in sync if p[1] is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional == [p for p in parameters(async_cls.__init__)
+                          if p[1] is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    assert keyword_options(sync_cls) == keyword_options(async_cls)
+
+
+def test_consumer_options_reach_the_asyncio_consumers():
+    push = rocketq.PushConsumer("sig-g", namesrv="127.0.0.1:1", model="broadcasting",
+                                from_where="first", pull_batch_size=7, orderly=True,
+                                max_reconsume_times=3, offset_store_dir="/nonexistent-dir")
+    pull = rocketq.PullConsumer("sig-g", namesrv="127.0.0.1:1", from_where="first",
+                                pull_batch_size=9, auto_commit=False, max_poll_records=11)
+    for consumer in (push, pull):
+        consumer.shutdown()
+    inner = push._async
+    assert (inner.pull_batch_size, inner.orderly, inner.max_reconsume_times) == (7, True, 3)
+    inner = pull._async
+    assert (inner.pull_batch_size, inner.auto_commit, inner.max_poll_records) == (9, False, 11)
+
+
+@pytest.mark.parametrize("name", ["Producer", "TransactionProducer"])
 def test_producer_constructors_take_the_async_options_by_name(name):
     """The sync producers' signatures name every option of the asyncio ones, with the same
     defaults and annotations, and pass each on."""
