@@ -165,10 +165,13 @@ def user_env(venv_bin: pathlib.Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def wait_for_route(namesrv: str, deadline: float) -> None:
+def wait_for_route(namesrv: str, deadline: float,
+                   server: subprocess.Popen[str] | None = None) -> None:
     from .conftest import fetch_route
 
     while time.monotonic() < deadline:
+        if server is not None and server.poll() is not None:
+            raise AssertionError(f"it exited with {server.returncode}")
         try:
             if fetch_route(namesrv, "TBW102"):
                 return
@@ -203,14 +206,25 @@ def test_first_screen_from_a_fresh_checkout(tmp_path):
     ns_port, broker_port = free_port(), free_port()
     namesrv = f"127.0.0.1:{ns_port}"
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    server = subprocess.Popen(
-        ["make", "run", f"RUN_ARGS=--namesrv-port {ns_port} --broker-port {broker_port} "
-                        f"--data-dir {data}"],
-        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+    # A shell of its own: nothing of the make (or venv) that runs these tests.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "MAKEFLAGS", "MAKELEVEL", "MFLAGS",
+                        "MAKEOVERRIDES")}
+    run_log = tmp_path / "make-run.log"  # a file, not a pipe nobody reads while it runs
+    with run_log.open("w") as log_file:
+        server = subprocess.Popen(
+            ["make", "run", f"RUN_ARGS=--namesrv-port {ns_port} --broker-port {broker_port} "
+                            f"--data-dir {data}"],
+            cwd=checkout, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
     try:
-        wait_for_route(namesrv, time.monotonic() + 240)
+        try:
+            wait_for_route(namesrv, time.monotonic() + 240, server)
+        except AssertionError as exc:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+            raise AssertionError(f"make run never served ({exc}): {run_log.read_text()}") from None
         venv_bin = checkout / ".venv" / "bin"
         installed = subprocess.run([venv_bin / "pip", "list", "--format=freeze"],
                                    capture_output=True, text=True, timeout=60).stdout
@@ -233,12 +247,14 @@ def test_first_screen_from_a_fresh_checkout(tmp_path):
             assert out.startswith("SEND_OK Orders@broker-a:"), out
             assert out.count("Orders paid ['order-17'] b'{\"id\": 17}'") == 1, out
     finally:
-        os.killpg(server.pid, signal.SIGINT)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGINT)
         try:
-            log = server.communicate(timeout=30)[0]
+            server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
-            log = server.communicate()[0]
+            server.wait()
+    log = run_log.read_text()
     # make passes the interrupt on: it exits 2, or dies of SIGINT itself.
     assert server.returncode in (0, 2, -signal.SIGINT), log
     assert "Traceback" not in log, log

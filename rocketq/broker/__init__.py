@@ -230,6 +230,24 @@ class Broker:
         self.config.listenPort = port
         self.store_config.listenPort = port
         lock.describe(self._lock_owner())
+        try:
+            await self._start_serving(lock)
+        except BaseException:
+            # Undo what started, so that the store is closed and its lock let go: a start
+            # that failed half-way (a busy HA port, a refused registration) leaves nothing
+            # that keeps this store from being opened again.
+            try:
+                await self.stop()
+            except Exception:
+                log.exception("broker %s: cleaning up after a failed start",
+                              self.config.brokerName)
+            finally:
+                lock.release()
+            raise
+
+    async def _start_serving(self, lock: StoreLock) -> None:
+        """The rest of ``start``, once the store's lock is held and the port bound."""
+        assert self.loop is not None
         # Opening the store may scan files after a crash: keep the loop free meanwhile.
         self.store = await asyncio.to_thread(MessageStore, self.store_config,
                                              consumer_offsets=self.offsets.committed,
@@ -274,9 +292,10 @@ class Broker:
                 # Another live broker has this name and id: this one would only be a stray
                 # copy of it. Stop, rather than run outside the routes unnoticed.
                 namesrv, why = next(iter(self.registration.conflicts.items()))
-                await self.stop()
-                raise DuplicateBrokerError(f"broker {self.config.brokerName} at {self.address} "
-                                           f"not started: NameServer {namesrv}: {why}")
+                raise DuplicateBrokerError(
+                    f"broker {self.config.brokerName} at {self.address} not started: NameServer"
+                    f" {namesrv}: {why} (if that broker is gone, the NameServer forgets it "
+                    "within 120 s; start this one again then)")
         self._tasks = [self.loop.create_task(self.registration.run()),
                        self.loop.create_task(self._housekeeping()),
                        self.loop.create_task(self.stats.run())]

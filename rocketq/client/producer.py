@@ -68,8 +68,9 @@ _DELAY_PROPERTIES = (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_D
                      Property.TIMER_DELAY_SEC)
 #: The longest pause between two looks at the route while a broker group has no master.
 _NO_MASTER_PAUSE_MAX = 1.0
-#: Failures after which no broker can hold the message: a refusal, a connection never made.
-_NOT_SENT = (BrokerError, ConnectFailedError)
+#: Failures after which no broker can hold the message: a refusal, a connection never made,
+#: a group found without a master before anything was sent.
+_NOT_SENT = (BrokerError, ConnectFailedError, NoMasterError)
 _LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)
 _NOT_AVAILABLE = (0, 0, 30000, 60000, 120000, 180000, 600000)
 
@@ -315,14 +316,15 @@ class AsyncProducer:
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
-    async def _send_again(self, message: Message, timeout: float | None) -> SendResult:
+    async def _send_again(self, message: Message, timeout: float, retries: int
+                          ) -> SendResult:
         """Send ``message`` after a first attempt whose connection broke once the request
-        had gone (the synchronous producer's direct path): retried as ``send`` retries, but
-        without waiting out a failover, as the broker may have stored it."""
+        had gone (the synchronous producer's direct path), within what is left of that
+        send's ``timeout`` and ``retries``, and without waiting out a failover, as the broker
+        may have stored it."""
         body, sysflag, props = self._prepare(message)
         return await self._send_prepared(message, body, sysflag, props, None, None, None,
-                                         timeout or self.send_timeout, self.retries, False,
-                                         maybe_sent=True)
+                                         timeout, retries, False, maybe_sent=True)
 
     async def _send_half(self, message: Message, *, retries: int | None = None,
                         timeout: float | None = None) -> SendResult:
@@ -484,7 +486,19 @@ class AsyncProducer:
                 # may already have it, and a send waiting for it would store it twice.
                 if last_error is not None and not isinstance(last_error, _NOT_SENT):
                     maybe_sent = True
-                route = await self._publish_route(topic, deadline, wait=not maybe_sent)
+                try:
+                    route = await self._publish_route(topic, deadline, wait=not maybe_sent)
+                except NoMasterError as exc:
+                    if not maybe_sent:
+                        raise
+                    # Say what happened to the attempt that may have landed, not only that
+                    # there is no master to send it again to.
+                    if last_error is not None:
+                        raise last_error from exc
+                    raise NoMasterError(
+                        exc.topic, exc.brokers,
+                        f"{exc}; not sent again: the connection of the attempt before broke "
+                        "after the request went, so the broker may have stored it") from None
                 if selector is not None:
                     mq = selector(list(route.publish_queues), message, arg)
                 else:

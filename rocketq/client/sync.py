@@ -9,12 +9,13 @@ import contextlib
 import inspect
 import socket
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..protocol import Property
 from ..protocol.command import FLAG_RESPONSE, FrameDecoder, ProtocolError, RemotingCommand, encode
-from ..remoting import RemotingTimeoutError, new_event_loop
+from ..remoting import ConnectionClosedError, RemotingTimeoutError, new_event_loop
 from .admin import DEFAULT_TOPIC_QUEUES, AsyncAdmin, ConsumerProgress
 from .errors import BrokerError, ClientError, ClientTimeoutError
 from .message import Message, MessageQueue, MessageSelector, ReceivedMessage, SendResult
@@ -106,6 +107,9 @@ class _MaybeSent:
     broker may have stored the message, so the loop's retries must not wait for a new master
     to send it again (it may hold the message already)."""
 
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
 
 class _DirectSends:
     """Sends made on the caller's own thread, over its own blocking connection to the broker,
@@ -148,7 +152,7 @@ class _DirectSends:
         except (OSError, ProtocolError) as exc:
             # The loop's path reconnects, learns routes and retries; told whether the broker
             # may hold the message already (the connection broke after the request went).
-            return _MaybeSent() if getattr(exc, "maybe_sent", False) else None
+            return _MaybeSent(exc) if getattr(exc, "maybe_sent", False) else None
         try:
             return p._result(response, mq, message)
         except BrokerError:
@@ -291,9 +295,16 @@ class Producer:
             ClientError: no route for the topic and no ``TBW102`` to create it from.
         """
         if queue is None and selector is None:
+            began = time.monotonic()
             result = self._direct.send(message, timeout)
             if isinstance(result, _MaybeSent):
-                return self._loop.run(self._async._send_again(message, timeout))
+                # That was the first attempt: the others get what is left of the send.
+                left = (timeout or self._async.send_timeout) - (time.monotonic() - began)
+                if left <= 0 or self._async.retries < 1:
+                    raise ConnectionClosedError(
+                        f"the connection broke during a send: {result.error}") from None
+                return self._loop.run(self._async._send_again(message, left,
+                                                              self._async.retries - 1))
             if result is not None:
                 return result
         return self._loop.run(self._async.send(message, queue=queue, selector=selector,

@@ -16,6 +16,7 @@ from .connection import (
     ConnectFailedError,
     Connection,
     ConnectionClosedError,
+    ConnectTimeoutError,
     Handler,
     RemotingError,
     RemotingTimeoutError,
@@ -28,8 +29,8 @@ log = logging.getLogger("rocketq.remoting")
 T = TypeVar("T")
 
 __all__ = [
-    "ConnectFailedError", "Connection", "ConnectionClosedError", "Handler", "RemotingClient",
-    "RemotingError",
+    "ConnectFailedError", "ConnectTimeoutError", "Connection", "ConnectionClosedError",
+    "Handler", "RemotingClient", "RemotingError",
     "RemotingServer", "RemotingTimeoutError", "Signer", "TlsSettings", "cancel_tasks",
     "client_context", "parse_address", "run",
 ]
@@ -241,7 +242,7 @@ class RemotingClient:
                     lambda: Connection(self.handler, on_close=closed, signer=self.signer),
                     host, port, ssl=self.ssl), self.connect_timeout)
             except TimeoutError:
-                raise RemotingTimeoutError(f"connecting to {addr} timed out") from None
+                raise ConnectTimeoutError(f"connecting to {addr} timed out") from None
             except _ssl.SSLError as exc:
                 raise ConnectFailedError(
                     f"TLS handshake with {addr} failed: {exc.reason or exc} (is TLS enabled "

@@ -59,6 +59,11 @@ class ConnectFailedError(ConnectionClosedError):
     request was never sent, so sending it elsewhere cannot store it twice."""
 
 
+class ConnectTimeoutError(ConnectFailedError, RemotingTimeoutError):
+    """The connection was not made in time: never sent, as ConnectFailedError; also a
+    timeout."""
+
+
 class Connection(asyncio.Protocol):
     """A remoting connection. Create it through RemotingServer or RemotingClient."""
 

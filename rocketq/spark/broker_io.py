@@ -352,6 +352,8 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
                     properties = {**properties, **extra} if properties else dict(extra)
                 if isinstance(body, str):  # a string column: sent UTF-8 encoded
                     body = body.encode()
+                if isinstance(keys, str):  # RocketMQ's own form: keys joined by spaces
+                    keys = keys.split()
                 yield Message(topic, body, tags=tags or None, keys=keys or None,
                               properties=properties)
 

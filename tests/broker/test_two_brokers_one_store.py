@@ -109,3 +109,40 @@ def test_a_second_broker_on_the_same_store_is_refused_before_it_registers(tmp_pa
     # The first one stopped: the store is free again.
     again = start(["broker", "-c", str(confs[1]), "--namesrv", "127.0.0.1:1"], "listening")
     assert stop(again) == 0
+
+
+def test_a_broker_whose_start_fails_half_way_lets_its_store_go(servers, tmp_path, caplog):
+    """A start that fails after the store opened (here the HA port is taken) closes the store
+    and releases its lock: the same store opens at once in the same process, with no
+    traceback of the clean-up."""
+    import socket
+
+    import pytest
+
+    from rocketq.broker import Broker
+    from rocketq.broker.config import load_broker_conf
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    values = {"storePathRootDir": str(tmp_path / "store"), "namesrvAddr": servers.namesrv,
+              "brokerName": "broker-half",
+              "listenPort": 0, "mappedFileSizeCommitLog": 8 << 20, "maxHashSlotNum": 4096,
+              "maxIndexNum": 16384}
+    try:
+        with pytest.raises(OSError):
+            servers.call(Broker(*load_broker_conf(
+                {**values, "haListenPort": busy.getsockname()[1]})).start())
+    finally:
+        busy.close()
+    assert "cleaning up after a failed start" not in caplog.text
+    broker = servers.call(_started(Broker(*load_broker_conf({**values, "haListenPort": 0}))))
+    try:
+        assert broker.store is not None and broker.store.commitlog.max_offset == 0
+    finally:
+        servers.call(broker.stop())
+
+
+async def _started(broker):
+    await broker.start()
+    return broker

@@ -81,3 +81,23 @@ def test_a_send_waiting_for_a_master_goes_through_when_one_is_back(st):
         assert not sender.is_alive()
         assert results and results[0].status is SendStatus.SEND_OK
         assert results[0].queue.broker_name == "broker-a"
+
+
+def test_every_topic_of_a_masterless_group_waits_for_a_master(st):
+    """Once one topic's send has found the group without a master, a send to another topic
+    of that group waits for a master too (within its timeout) instead of failing at once."""
+    master = master_and_slave(st)
+    st.create_topic("Other", 2)
+    with Producer("pg", namesrv=st.namesrv, send_timeout=1.5) as producer:
+        for topic in ("Failover", "Other"):
+            assert producer.send(Message(topic, b"before")).status is SendStatus.SEND_OK
+        st.stop_broker(master)
+        assert wait_for(lambda: masterless(st), 10)
+        with pytest.raises(NoMasterError):
+            producer.send(Message("Failover", b"during"))
+        began = time.monotonic()
+        with pytest.raises(NoMasterError) as raised:
+            producer.send(Message("Other", b"during"))
+        waited = time.monotonic() - began
+    assert 1.0 <= waited < 6, waited
+    assert "retried until its timeout" in str(raised.value)
