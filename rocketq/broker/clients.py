@@ -137,7 +137,7 @@ class ClientTable:
             group = self.consumers.get(consumer_group)
             if group is not None and group.channels.pop(client_id, None) is not None:
                 log.info("consumer %s left group %s", client_id, consumer_group)
-                if self.notifies(consumer_group):
+                if self.notifies(consumer_group) or not group.channels:
                     self._after_leave(group)
 
     def connection_closed(self, conn: Connection) -> None:
@@ -167,8 +167,13 @@ class ClientTable:
                 self._after_leave(group)
 
     def _after_leave(self, group: ConsumerGroup) -> None:
+        """Tell the members left that one went; a group with no member left is forgotten
+        with its subscriptions, as RocketMQ's ConsumerManager forgets it (its offsets and
+        subscription group config stay)."""
         if group.channels:
             self.notify(group)
+        elif self.consumers.get(group.name) is group:
+            del self.consumers[group.name]
 
     def consumer_ids(self, group: str) -> list[str]:
         g = self.consumers.get(group)

@@ -149,6 +149,9 @@ def test_tail_leaves_no_consumer_group_or_offsets_behind(servers, capsys):
     assert not [g for g in broker.subscription_groups.groups if "tail" in g]
     # Nor any committed position: no group has offsets in the topic.
     assert not [group for group in before if "Trace" in broker.offsets.topics_of_group(group)]
+    # Nor a consumer group in the broker's client table once the tail has left, so nothing
+    # reports TOOLS_CONSUMER as consuming the topic (RocketMQ forgets an empty group too).
+    assert wait_for(lambda: "TOOLS_CONSUMER" not in broker.clients.consumers, 5)
 
 
 # ---------------------------------------------------------------- 5. delete what is not there
