@@ -25,6 +25,8 @@ from .message import MessageQueue, ReceivedMessage
 #: Queues of a topic created without saying how many: the default of mqadmin's updateTopic
 #: and of a broker's defaultTopicQueueNums.
 DEFAULT_TOPIC_QUEUES = 8
+#: How long create_topic waits for the NameServer to list a topic it created, in seconds.
+TOPIC_VISIBLE_WAIT = 5.0
 #: Prefixes of the topics brokers keep for themselves: a search through every topic tries
 #: them last.
 _SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_",
@@ -120,6 +122,11 @@ class AsyncAdmin:
                     "topicSysFlag": 0, "order": order}))
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(f"creating {topic} on {name} ({addr}): {r.remark}")
+        # The brokers tell the NameServer right after they answer: wait for that (briefly),
+        # so that what follows (list_topics, a send, a consumer's route) finds the topic.
+        deadline = time.monotonic() + TOPIC_VISIBLE_WAIT
+        while topic not in await self.list_topics() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         return masters
 
     async def list_topics(self) -> list[str]:
