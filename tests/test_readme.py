@@ -203,28 +203,35 @@ def test_first_screen_from_a_fresh_checkout(tmp_path):
     install = readme_blocks("sh")[0]
     assert "make run" in install
     checkout = fresh_copy(tmp_path)
-    ns_port, broker_port = free_port(), free_port()
-    namesrv = f"127.0.0.1:{ns_port}"
     data = tmp_path / "data"
+    # The HA port on any free port (not the broker's port + 1, which another test may hold).
+    conf = tmp_path / "broker.conf"
+    conf.write_text("haListenPort=0\n")
     # A shell of its own: nothing of the make (or venv) that runs these tests.
     env = {k: v for k, v in os.environ.items()
            if k not in ("VIRTUAL_ENV", "PYTHONPATH", "MAKEFLAGS", "MAKELEVEL", "MFLAGS",
                         "MAKEOVERRIDES")}
     run_log = tmp_path / "make-run.log"  # a file, not a pipe nobody reads while it runs
-    with run_log.open("w") as log_file:
-        server = subprocess.Popen(
-            ["make", "run", f"RUN_ARGS=--namesrv-port {ns_port} --broker-port {broker_port} "
-                            f"--data-dir {data}"],
-            cwd=checkout, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-    try:
+    for attempt in range(3):  # a free port may be taken by another test before it binds
+        ns_port, broker_port = free_port(), free_port()
+        namesrv = f"127.0.0.1:{ns_port}"
+        with run_log.open("w") as log_file:
+            server = subprocess.Popen(
+                ["make", "run", f"RUN_ARGS=--namesrv-port {ns_port} --broker-port "
+                                f"{broker_port} --data-dir {data} -c {conf}"],
+                cwd=checkout, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True)
         try:
             wait_for_route(namesrv, time.monotonic() + 240, server)
+            break
         except AssertionError as exc:
             if server.poll() is None:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
-            raise AssertionError(f"make run never served ({exc}): {run_log.read_text()}") from None
+            log = run_log.read_text()
+            if "address already in use" not in log or attempt == 2:
+                raise AssertionError(f"make run never served ({exc}): {log}") from None
+    try:
         venv_bin = checkout / ".venv" / "bin"
         installed = subprocess.run([venv_bin / "pip", "list", "--format=freeze"],
                                    capture_output=True, text=True, timeout=60).stdout

@@ -321,9 +321,15 @@ class Broker:
     async def _open_ha_port(self) -> None:
         assert self.store is not None
         if self.ha_server is None:
-            self.ha_server = HAServer(self.store, self.config.brokerIP1,
-                                      self.store_config.haListenPort, tls=self.tls)
-            await self.ha_server.start()
+            ha_server = HAServer(self.store, self.config.brokerIP1,
+                                 self.store_config.haListenPort, tls=self.tls)
+            try:
+                await ha_server.start()
+            except OSError as exc:
+                # Say which of the broker's ports it was: by default the one after listenPort.
+                raise OSError(exc.errno, exc.strerror, f"{exc.filename or ha_server.port} "
+                              "(the HA port, haListenPort)") from None
+            self.ha_server = ha_server
             self.store_config.haListenPort = self.ha_server.port
             self.registration.ha_server_addr = self.ha_server.address
 
