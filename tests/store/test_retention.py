@@ -78,9 +78,12 @@ def test_nothing_deleted_outside_delete_when_with_free_disk(tmp_path):
 
 
 def test_full_disk_deletes_expired_at_once_and_forcibly_the_oldest(tmp_path):
-    # Thresholds of 0 % make any real disk count as "over the ratio".
+    # Thresholds of 0 % make any real disk count as "over the ratio". The store's own
+    # periodic clean is put off, so that only the calls here delete (on a loaded machine the
+    # test can outlast the 10 s interval, and a clean between two calls took their files).
     store = MessageStore(small_config(tmp_path, deleteWhen=other_hour(),
-                                      diskMaxUsedSpaceRatio=0, diskSpaceCleanForciblyRatio=99))
+                                      diskMaxUsedSpaceRatio=0, diskSpaceCleanForciblyRatio=99,
+                                      cleanResourceInterval=3_600_000))
     try:
         fill_files(store, 4)
         age_files(store, 100, 1)
