@@ -130,14 +130,21 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
 
     stop = _stop_on_signal()
     ns = NameServer(args.host, args.port, **_namesrv_security(args))
-    with _listening("NameServer"):
-        await ns.start()
     controller = None
     if args.enable_controller:  # RocketMQ's enableControllerInNamesrv
+        # The controller first: its data directory's lock refuses a second node before
+        # anything of this one listens.
         controller = _controller(args.host, args.controller_port, args.controller_peers,
                                  args.controller_data_dir, args.etcd)
         with _listening("controller"):
             await controller.start()
+    try:
+        with _listening("NameServer"):
+            await ns.start()
+    except BaseException:
+        if controller is not None:
+            await controller.stop()
+        raise
     print(f"NameServer listening on {ns.address}"
           + (f", controller on {controller.address}" if controller else ""), flush=True)
     await stop.wait()

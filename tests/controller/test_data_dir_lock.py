@@ -82,3 +82,25 @@ def test_a_second_rocketq_cluster_on_one_data_dir_starts_nothing(tmp_path, capsy
     assert err[0].startswith("rocketq: the cluster directory") and str(data) in err[0]
     assert f"process {os.getpid()} (the first cluster)" in err[0]
     assert os.listdir(data) == ["lock"]  # no log, no broker.conf, no child started
+
+
+def test_a_second_nameserver_hosting_a_controller_on_one_data_dir_opens_nothing(tmp_path):
+    """`rocketq namesrv --enable-controller` starts its controller (which takes the data
+    directory's lock) before its NameServer listens: a second one on the same directory is
+    refused without ever opening its NameServer port."""
+    data = tmp_path / "controller"
+    first = start(["namesrv", "--port", str(port_pair()), "--enable-controller",
+                   "--controller-port", str(port_pair()), "--controller-data-dir", str(data)],
+                  "listening")
+    try:
+        ns_port = port_pair()
+        done = subprocess.run(
+            [sys.executable, "-m", "rocketq.cli", "namesrv", "--port", str(ns_port),
+             "--enable-controller", "--controller-port", str(port_pair()),
+             "--controller-data-dir", str(data)], capture_output=True, text=True, timeout=30)
+        assert done.returncode != 0
+        assert "NameServer listening" not in done.stdout + done.stderr
+        assert "controller data directory" in done.stderr and str(data) in done.stderr
+        assert first.poll() is None
+    finally:
+        assert stop(first) == 0
