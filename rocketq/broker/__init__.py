@@ -80,7 +80,9 @@ class Broker:
                  store_lock: StoreLock | None = None) -> None:
         """``store_lock``: the lock on ``storePathRootDir``, when the caller took it before
         anything else (``rocketq broker`` does, so that a second broker on the same store
-        reads no file of it); ``start()`` takes it otherwise."""
+        reads no file of it); it is taken here otherwise, before the tables below write
+        their files under ``config/``. Raises StoreLockedError when another broker holds it.
+        """
         if config is None:
             config, default_store = load_broker_conf({})
             store_config = store_config or default_store
@@ -93,6 +95,20 @@ class Broker:
         self.store_config = store_config
         self.config_dir = os.path.join(store_config.storePathRootDir, "config")
         load_overrides(config, store_config)  # updateBrokerConfig changes of an earlier run
+        #: The store root's lock: held from here, released when the store closes.
+        self.store_lock = store_lock
+        took = store_lock is None
+        lock = self.lock_store()
+        try:
+            self._assemble(config, store_config)
+        except BaseException:
+            if took:
+                lock.release()
+            raise
+
+    def _assemble(self, config: BrokerConfig, store_config: MessageStoreConfig) -> None:
+        """The broker's parts and tables (some write their files at once), once the store
+        root's lock is held."""
         #: The ACL every request passes first (aclEnable), and TLS for the ports.
         self.acl = access_control(config, self.config_dir)
         self.tls = tls_settings(config)
@@ -112,8 +128,6 @@ class Broker:
         self.namesrv_client = RemotingClient(signer=inner.sign if inner else None,
                                              ssl=self._outgoing_tls)
         self.store: MessageStore | None = None  # type: ignore[assignment]
-        #: The store root's lock: taken first in start(), released when the store closes.
-        self.store_lock = store_lock
         self._writer: StoreWriter | None = None
         #: Replication: the master's HA port, or the slave's link to its master.
         self.ha_server: HAServer | None = None

@@ -146,3 +146,29 @@ def test_a_broker_whose_start_fails_half_way_lets_its_store_go(servers, tmp_path
 async def _started(broker):
     await broker.start()
     return broker
+
+
+def test_a_second_broker_object_on_a_held_store_is_refused_before_writing(servers, tmp_path):
+    """Broker(...) in-process takes the store root's lock before its tables write anything:
+    a second one on the store of a running broker (here with another name and no
+    auto-created topics, which would rewrite topics.json) is refused at construction and
+    leaves the first one's files as they were."""
+    import pytest
+
+    from rocketq.broker import Broker
+    from rocketq.broker.config import load_broker_conf
+    from rocketq.store.errors import StoreLockedError
+
+    first = servers.brokers[0]
+    root = first.store_config.storePathRootDir
+    config_dir = os.path.join(root, "config")
+    before = {name: open(os.path.join(config_dir, name), "rb").read()
+              for name in sorted(os.listdir(config_dir))}
+    with pytest.raises(StoreLockedError) as refused:
+        Broker(*load_broker_conf({"storePathRootDir": root, "brokerName": "broker-z",
+                                  "autoCreateTopicEnable": "false", "listenPort": 0}))
+    assert root in str(refused.value) and f"process {os.getpid()} " in str(refused.value)
+    after = {name: open(os.path.join(config_dir, name), "rb").read()
+             for name in sorted(os.listdir(config_dir))}
+    assert after == before
+    send_and_pull(servers.namesrv, "StillServed", 2)
