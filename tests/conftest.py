@@ -73,6 +73,19 @@ def servers(tmp_path):
         st.stop()
 
 
+@pytest.fixture
+def st(tmp_path):
+    """A NameServer on an event loop thread, for brokers the test starts; all stopped after."""
+    from .servers import ServerThread
+
+    servers = ServerThread(tmp_path)
+    try:
+        servers.start_namesrv()
+        yield servers
+    finally:
+        servers.stop()
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
     """Poll ``predicate`` until it is true or ``timeout`` passes."""
     import time

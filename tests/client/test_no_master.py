@@ -13,18 +13,6 @@ import pytest
 from rocketq import ClientError, Message, NoMasterError, Producer, SendStatus
 
 from ..conftest import fetch_route, wait_for
-from ..servers import ServerThread
-
-
-@pytest.fixture
-def st(tmp_path):
-    """A NameServer on an event loop thread, for the brokers a test starts."""
-    servers = ServerThread(tmp_path)
-    try:
-        servers.start_namesrv()
-        yield servers
-    finally:
-        servers.stop()
 
 
 def master_and_slave(st):
