@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 
@@ -84,6 +85,20 @@ def st(tmp_path):
         yield servers
     finally:
         servers.stop()
+
+
+async def until(check, timeout: float = 10.0, interval: float = 0.05):
+    """Wait in a coroutine until ``check()`` (or the coroutine it returns) is truthy, and
+    return it; AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return got
+        await asyncio.sleep(interval)
+    raise AssertionError("timed out")
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:

@@ -193,7 +193,7 @@ class _DirectSends:
         except BaseException as exc:
             del conns[addr]  # its state is unknown now: the next send connects afresh
             self._close(sock)
-            if isinstance(exc, OSError):
+            if isinstance(exc, (OSError, ProtocolError)):  # after the request went
                 exc.maybe_sent = True  # type: ignore[attr-defined]
             raise
 

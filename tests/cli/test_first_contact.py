@@ -4,7 +4,6 @@ and what a port says to a client of the wrong protocol."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -22,10 +21,9 @@ import pytest
 from rocketq import Admin, ClientError, Message, Producer, PullConsumer
 from rocketq.cli import main
 from rocketq.cli.cluster import DEFAULT_DATA_DIR
-from rocketq.protocol import RemotingCommand, RequestCode
-from rocketq.remoting import RemotingClient
 
 from ..conftest import wait_for
+from ..controller.test_failover import replica_info
 
 ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
 SMALL_FILES = ("mappedFileSizeCommitLog=8388608\nmaxHashSlotNum=4096\nmaxIndexNum=16384\n"
@@ -292,19 +290,6 @@ class Lines:
                 return seen
 
 
-def sync_state_set(controller: str) -> list:
-    """The broker ids of broker-a the controller holds in sync (none if it cannot say)."""
-    async def ask() -> list:
-        client = RemotingClient()
-        try:
-            r = await client.invoke(controller, RemotingCommand.request(
-                RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"}), 3)
-        finally:
-            await client.close()
-        return json.loads(r.body).get("syncStateSet", []) if r.code == 0 else []
-    return asyncio.run(ask())
-
-
 @pytest.mark.slow
 def test_cluster_says_which_replica_is_master_and_which_child_exited(tmp_path):
     extra = tmp_path / "extra.conf"
@@ -336,7 +321,8 @@ def test_cluster_says_which_replica_is_master_and_which_child_exited(tmp_path):
         with Producer("pg", namesrv=f"127.0.0.1:{ns_port}", send_timeout=2) as producer:
             assert wait_for(lambda: producer.send(Message("Try", b"x")).status.value
                             == "SEND_OK", 30)
-        assert wait_for(lambda: len(sync_state_set(controller)) == 2, 30)
+        assert wait_for(lambda: len(replica_info(controller).get("syncStateSet", [])) == 2,
+                        30)
         os.kill(pid, signal.SIGKILL)
         out.until(lambda line: line == f"{label} (pid {pid}) was killed by SIGKILL", 20)
         # The other replica takes over, and the command says so.

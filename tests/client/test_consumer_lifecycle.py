@@ -18,7 +18,7 @@ from rocketq.aio import Producer as AsyncProducer
 from rocketq.aio import PullConsumer as AsyncPullConsumer
 from rocketq.aio import PushConsumer as AsyncPushConsumer
 
-from ..conftest import run_async, wait_for
+from ..conftest import run_async, until, wait_for
 from ..servers import ServerThread
 
 #: Every delay level 200 ms: a message handed back for a retry comes again at once.
@@ -60,14 +60,6 @@ def send_many(namesrv: str, topic: str, n: int, prefix: bytes = b"m") -> None:
     with Producer("pg", namesrv=namesrv) as producer:
         for i in range(n):
             producer.send(Message(topic, prefix + b"%d" % i))
-
-
-async def until(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def retry_errors(caplog) -> list[str]:
@@ -143,7 +135,7 @@ def test_a_coroutine_listener_answering_false_gets_the_message_again(cluster, ca
         consumer.register(listener)
         await consumer.start()
         try:
-            await until(lambda: len(seen) >= 2)
+            await until(lambda: len(seen) >= 2, 15)
             await asyncio.sleep(0.5)
         finally:
             await consumer.shutdown()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import subprocess
@@ -12,6 +11,8 @@ import pytest
 
 from rocketq.cli.cluster import free_port
 from rocketq.controller import Controller, ControllerConfig, RaftEngine
+
+from ..conftest import until
 
 
 def port_pair() -> int:
@@ -24,16 +25,6 @@ FAST = ControllerConfig(scanNotActiveBrokerInterval=50, masterLeaseMillis=800,
                         brokerHeartbeatTimeoutMillis=800)
 
 
-async def until(check, timeout: float = 10.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        await asyncio.sleep(interval)
-    raise AssertionError("timed out")
 
 
 async def start_controllers(n: int, config: ControllerConfig = FAST) -> list[Controller]:
