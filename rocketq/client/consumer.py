@@ -272,12 +272,12 @@ class GroupConsumer:
                     await self._rebalance_now.wait()
             self._rebalance_now.clear()
 
-    async def rebalance(self) -> bool:
-        """Work out which queues this member owns now, and start or stop their pulls.
-        Returns whether a subscribed topic had no route (its queues are not known yet)."""
+    async def rebalance(self) -> None:
+        """Work out which queues this member owns now, and start or stop their pulls. A
+        subscribed topic without a route (its queues not known yet) is noted in
+        ``_missing_since``, which sets when the rebalance loop looks again."""
         if not self._ready():
-            return False
-        missing = False
+            return
         for topic in self._all_subscriptions():
             try:
                 route = await self.instance.route(topic)
@@ -286,7 +286,6 @@ class GroupConsumer:
                 route = None
             if route is None:
                 self._missing_since.setdefault(topic, asyncio.get_running_loop().time())
-                missing = True
                 continue
             self._missing_since.pop(topic, None)
             queues = sorted(route.subscribe_queues)
@@ -299,7 +298,6 @@ class GroupConsumer:
                 mine = self.allocate.allocate(self.group, self.instance.client_id, queues,
                                               consumers)
             await self._update_queues(topic, set(mine))
-        return missing
 
     async def _consumer_ids(self, topic: str, queues: list[MessageQueue]) -> list[str] | None:
         brokers = sorted({q.broker_name for q in queues})
