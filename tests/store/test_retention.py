@@ -8,6 +8,7 @@ import time
 
 from rocketq.store import GetStatus, MessageStore, StoreMessage
 
+from ..conftest import wait_for
 from .conftest import small_config
 
 
@@ -81,11 +82,14 @@ def test_full_disk_deletes_expired_at_once_and_forcibly_the_oldest(tmp_path):
     # Thresholds of 0 % make any real disk count as "over the ratio". The store's own
     # periodic clean is put off, so that only the calls here delete (on a loaded machine the
     # test can outlast the 10 s interval, and a clean between two calls took their files).
+    # Its one clean at once, when it first sees the disk over diskMaxUsedSpaceRatio, is
+    # awaited before any file is aged: run late, it took the files of the second call here.
     store = MessageStore(small_config(tmp_path, deleteWhen=other_hour(),
                                       diskMaxUsedSpaceRatio=0, diskSpaceCleanForciblyRatio=99,
                                       cleanResourceInterval=3_600_000))
     try:
         fill_files(store, 4)
+        assert wait_for(lambda: store.last_clean_time > 0)
         age_files(store, 100, 1)
         assert store.clean_expired_files() == 1
         store.config.diskSpaceCleanForciblyRatio = 0
