@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -169,11 +169,23 @@ class AccessControl:
     # ------------------------------------------------------------------ checking
     def check(self, cmd: RemotingCommand, host: str) -> None:
         """Raise AccessDenied unless the request from ``host`` may be served."""
+        signed = cmd.ext_fields.get(SIGNATURE)
+        self.check_access(host, cmd.ext_fields.get(ACCESS_KEY), signed,
+                          lambda secret: verify(secret, cmd), cmd.code in self.admin_codes,
+                          f"request code={cmd.code}", lambda: needed_perms(cmd))
+
+    def check_access(self, host: str, access_key: str | None, signed: str | None,
+                     verify_with: Callable[[str], bool], admin: bool, what: str,
+                     perms: Callable[[], Iterable[tuple[str, bool, int]]]) -> None:
+        """The check of any request, whatever carries it (a remoting command, a gRPC call):
+        from ``host``, by ``access_key``, carrying the signature ``signed`` that
+        ``verify_with(secret key)`` checks, needing an admin account when ``admin``, and
+        ``perms()``: ``(name, is_group, permission)`` of each topic and group it touches.
+        Raises AccessDenied."""
         acl = self.acl
         for pattern in acl.global_white:
             if pattern.matches(host):
                 return
-        access_key = cmd.ext_fields.get(ACCESS_KEY)
         if not access_key:
             raise AccessDenied("the request is not signed (no AccessKey): give the client "
                                "credentials")
@@ -182,21 +194,21 @@ class AccessControl:
             raise AccessDenied(f"No acl config for {access_key}: unknown AccessKey")
         if account.white_remote_address.matches(host):
             return
-        if not cmd.ext_fields.get(SIGNATURE):
+        if not signed:
             raise AccessDenied(f"the request of accessKey={access_key} carries no Signature")
-        if not verify(account.secret_key, cmd):
+        if not verify_with(account.secret_key):
             raise AccessDenied(f"Check signature failed for accessKey={access_key}: wrong "
                                f"secret key, or the request was altered on the way")
-        if cmd.code in self.admin_codes and not account.admin:
-            raise AccessDenied(f"Need admin permission for request code={cmd.code}, but "
+        if admin and not account.admin:
+            raise AccessDenied(f"Need admin permission for {what}, but "
                                f"accessKey={access_key} is not an admin")
-        for name, is_group, needed in needed_perms(cmd):
+        for name, is_group, needed in perms():
             owned = account.perm(name, is_group)
             if owned is not None and not allows(needed, owned):
-                what = "group" if is_group else "topic"
+                kind = "group" if is_group else "topic"
                 raise AccessDenied(
                     f"No {perm_name(needed)} permission "
-                    f"for {what} {name} (accessKey={access_key} has {perm_name(owned)})")
+                    f"for {kind} {name} (accessKey={access_key} has {perm_name(owned)})")
 
     def refusal(self, cmd: RemotingCommand, host: str) -> RemotingCommand | None:
         """None if the request may be served, else the response refusing it (NO_PERMISSION,

@@ -47,6 +47,8 @@ from .delay import DelayDelivery
 from .message_queries import MessageQueries
 from .offset_requests import OffsetRequests
 from .offsets import ConsumerOffsets
+from .pop import PopService
+from .pop_requests import PopRequests
 from .pull import PullProcessor
 from .registration import DuplicateBrokerError, Registration
 from .replicas import ReplicasManager, Role, consistent_point
@@ -176,6 +178,10 @@ class Broker:
                                    self.clients, changed, self.runtime_info)
         self.consumer_calls = ConsumerCalls(self.topics, self.offsets, self.clients,
                                             config.brokerName, store)
+        #: POP consumption (a master's): the 5.x consumers' model, over remoting and gRPC.
+        self.pop = PopService(config, store, put, self.topics, self.subscription_groups,
+                              self.offsets, changed)
+        self.pop_requests = PopRequests(self.pop, self.topics)
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[int, Handler]:
@@ -198,7 +204,8 @@ class Broker:
             RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._role_changed,
         }
         for part in (self.client_requests, self.send_back, self.offset_requests,
-                     self.message_queries, self.admin, self.consumer_calls, self.sinks):
+                     self.message_queries, self.admin, self.consumer_calls, self.sinks,
+                     self.pop_requests):
             handlers.update(part.handlers())
         handlers.update(subscription_group_handlers(self.subscription_groups, self.offsets))
         return guard_admin_fields(handlers)  # a bad admin field: INVALID_PARAMETER
@@ -331,6 +338,8 @@ class Broker:
             self._role_tasks = [self.loop.create_task(self.schedule.run()),
                                 self.loop.create_task(self.transactions.run()),
                                 self.loop.create_task(self.timer.run())]
+        if not self.pop.running:
+            await self.pop.start()
 
     async def _open_ha_port(self) -> None:
         assert self.store is not None
@@ -350,6 +359,7 @@ class Broker:
     async def _stop_master_side(self, closing: bool = False) -> None:
         await cancel_tasks(self._role_tasks)
         self._role_tasks = []
+        await self.pop.stop()
         if self._writer is not None:
             self._writer.replicas = None
         if self.ha_server is not None:

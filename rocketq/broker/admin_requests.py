@@ -156,7 +156,8 @@ class AdminRequests:
         """UPDATE_AND_CREATE_TOPIC: every field is checked before anything changes, and the
         table changes in memory only once it is saved."""
         try:
-            config = topic_config_from_request(cmd.ext_fields)
+            config = topic_config_from_request(
+                cmd.ext_fields, self.topics.get(cmd.ext_fields.get("topic") or ""))
         except TopicConfigError as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         topic = config.topic_name

@@ -33,6 +33,9 @@ class BrokerConfig:
     namesrvAddr: str = "127.0.0.1:9876"
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
+    #: The gRPC port for RocketMQ 5.x clients (the MessagingService a proxy serves on 8081);
+    #: 0 turns it off.
+    grpcServerPort: int = 8081
     brokerPermission: int = Perm.READ | Perm.WRITE
     autoCreateTopicEnable: bool = True
     autoCreateSubscriptionGroup: bool = True

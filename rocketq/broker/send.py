@@ -125,6 +125,14 @@ _TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
 _Queued = tuple[Connection, RemotingCommand, StoreMessage, int]
 
 
+class SendRefused(Exception):
+    """A message the broker will not store: ``code`` is the response code to answer with."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+
+
 class SendProcessor:
     """Handles the send requests of one broker: checks them against the broker's config,
     topics and subscription groups, stores them, counts them in its stats; replies are
@@ -236,52 +244,13 @@ class SendProcessor:
                                    born_port=born_port, reconsume_times=reconsume)
         else:
             reply_queue_id = queue_id
-            tran = sysflag & SysFlag.TRANSACTION_MASK
-            # The properties are parsed once, and only when a message needs transforming
-            # (dead letter, half, timer, delay); the transforms edit the parsed form.
-            parsed = None
-            changed = False
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                group = self.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-                max_times = int_value(ext, names.max_reconsume,
-                                      16 if group is None else group.max_reconsume_times)
-                if reconsume >= max_times:
-                    # Retried too often: the message goes to the group's dead-letter queue.
-                    topic = dead_letter_topic(self.topics, topic[len(RETRY_GROUP_TOPIC_PREFIX):],
-                                              self.topics_changed)
-                    queue_id = reply_queue_id = 0
-                    if "DELAY\x01" in props:
-                        parsed = decode_properties(props)
-                        changed = parsed.pop(Property.DELAY, None) is not None
-            if tran == SysFlag.TRANSACTION_PREPARED:
-                # A half message: stored out of consumers' sight until END_TRANSACTION.
-                parsed = parsed if parsed is not None else decode_properties(props)
-                topic, queue_id = to_half(topic, queue_id, parsed)
-                sysflag &= ~SysFlag.TRANSACTION_MASK
-                changed = True
-            elif "TIMER_" in props or "DELAY\x01" in props:
-                parsed = parsed if parsed is not None else decode_properties(props)
-                level = delay_level_of(parsed)
-                if level > 0 and is_delayable(sysflag):
-                    # A delay level wins over timer properties, which go (as RocketMQ's
-                    # HookUtils.checkIfTimerMessage does): one waiting place per message.
-                    for name in _TIMER_PROPERTIES:
-                        parsed.pop(name, None)
-                    topic, queue_id = to_schedule(
-                        topic, queue_id, parsed, level, len(self.store_config.delay_levels_ms))
-                    changed = True
-                else:
-                    try:
-                        due = due_time(parsed, int(time.time() * 1000),
-                                       config.timerMaxDelaySec)
-                    except TimerError as exc:
-                        return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
-                    if due is not None and due > time.time() * 1000 + 50:
-                        topic, queue_id = to_timer(topic, queue_id, parsed, due)
-                        changed = True
-            if changed:
-                assert parsed is not None
-                props = encode_properties(parsed)
+            try:
+                max_reconsume = (int_value(ext, names.max_reconsume)
+                                 if ext.get(names.max_reconsume) else None)
+                topic, queue_id, props, sysflag = self.transform(
+                    topic, queue_id, props, sysflag, reconsume, max_reconsume)
+            except SendRefused as exc:
+                return cmd.response(exc.code, remark=str(exc))
             raw_props = join_properties(props.encode(), self.cluster_property)
             if len(raw_props) > MAX_PROPERTIES_SIZE:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
@@ -311,6 +280,61 @@ class SendProcessor:
         except Exception as exc:
             return self._store_error(cmd, exc)
         return self._response(cmd, message, results, queue_id, batch)
+
+    def transform(self, topic: str, queue_id: int, props: str, sysflag: int, reconsume: int,
+                  max_reconsume: int | None = None) -> tuple[str, int, str, int]:
+        """Where a single message is stored and with which properties: a retry past its
+        attempts goes to the dead-letter topic, a transactional half to the half topic, a
+        delayed or timed message to where it waits. Returns ``(topic, queue id, properties,
+        sysflag)``; raises SendRefused."""
+        config = self.config
+        tran = sysflag & SysFlag.TRANSACTION_MASK
+        # The properties are parsed once, and only when a message needs transforming
+        # (dead letter, half, timer, delay); the transforms edit the parsed form.
+        parsed = None
+        changed = False
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = self.subscription_groups.get(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+            max_times = max_reconsume if max_reconsume is not None else (
+                16 if group is None else group.max_reconsume_times)
+            if reconsume >= max_times:
+                # Retried too often: the message goes to the group's dead-letter queue.
+                topic = dead_letter_topic(self.topics, topic[len(RETRY_GROUP_TOPIC_PREFIX):],
+                                          self.topics_changed)
+                queue_id = 0
+                if "DELAY\x01" in props:
+                    parsed = decode_properties(props)
+                    changed = parsed.pop(Property.DELAY, None) is not None
+        if tran == SysFlag.TRANSACTION_PREPARED:
+            # A half message: stored out of consumers' sight until END_TRANSACTION.
+            parsed = parsed if parsed is not None else decode_properties(props)
+            topic, queue_id = to_half(topic, queue_id, parsed)
+            sysflag &= ~SysFlag.TRANSACTION_MASK
+            changed = True
+        elif "TIMER_" in props or "DELAY\x01" in props:
+            parsed = parsed if parsed is not None else decode_properties(props)
+            level = delay_level_of(parsed)
+            if level > 0 and is_delayable(sysflag):
+                # A delay level wins over timer properties, which go (as RocketMQ's
+                # HookUtils.checkIfTimerMessage does): one waiting place per message.
+                for name in _TIMER_PROPERTIES:
+                    parsed.pop(name, None)
+                topic, queue_id = to_schedule(
+                    topic, queue_id, parsed, level, len(self.store_config.delay_levels_ms))
+                changed = True
+            else:
+                try:
+                    due = due_time(parsed, int(time.time() * 1000),
+                                   config.timerMaxDelaySec)
+                except TimerError as exc:
+                    raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+                if due is not None and due > time.time() * 1000 + 50:
+                    topic, queue_id = to_timer(topic, queue_id, parsed, due)
+                    changed = True
+        if changed:
+            assert parsed is not None
+            props = encode_properties(parsed)
+        return topic, queue_id, props, sysflag
 
     def _append_queued(self) -> None:
         """Append the single messages that arrived together in one CommitLog call (one lock,
@@ -423,15 +447,23 @@ class SendProcessor:
         return self._response(cmd, message, results, queue_id, batch)
 
     def _store_error(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        refused = self.refusal(exc)
+        return cmd.response(refused.code, remark=str(refused))
+
+    def refusal(self, exc: Exception) -> SendRefused:
+        """What to answer for a put the store refused; raises ``exc`` again when it is not
+        a refusal but a fault."""
+        if isinstance(exc, SendRefused):
+            return exc
         if isinstance(exc, MessageIllegalError):
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+            return SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if isinstance(exc, SlaveNotWritableError):
             # RocketMQ answers a send to a slave the same way (PutMessageStatus
             # SERVICE_NOT_AVAILABLE: "message store is slave mode").
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
+            return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
         if isinstance(exc, InSyncReplicasNotEnoughError):
             # RocketMQ's answer, word for word: a failure the client may resend elsewhere.
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+            return SendRefused(ResponseCode.SYSTEM_ERROR, str(exc))
         if isinstance(exc, DiskFullError):
             # RocketMQ answers a store that is not writable the same way; the remark says the
             # disk is full and which directory, and the client may send to another broker.
@@ -439,16 +471,51 @@ class SendProcessor:
             if now - self._disk_full_logged >= 10:
                 self._disk_full_logged = now
                 log.error("send refused (and any more for 10 s, unlogged): %s", exc)
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
+            return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
         if isinstance(exc, StoreClosedError):
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                remark="the broker is shutting down")
+            return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
         if isinstance(exc, (struct.error, OverflowError, ValueError)):
             # A value the record cannot hold that no check before caught: the sender's
             # error, answered as such; the broker logs no traceback for it.
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                remark=f"the message cannot be stored: {exc}")
+            return SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"the message cannot be stored: {exc}")
         raise exc
+
+    async def put_one(self, topic: str, body: bytes, queue_id: int, properties: str, *,
+                      born_timestamp: int, born_host: bytes, born_port: int, flag: int = 0,
+                      sysflag: int = 0) -> tuple[StoreMessage, PutResult]:
+        """Store one message sent by another path than SEND_MESSAGE (the gRPC endpoint), with
+        the same checks and transforms. The topic must exist. Raises SendRefused."""
+        if not self.config.brokerPermission & Perm.WRITE:
+            raise SendRefused(ResponseCode.NO_PERMISSION,
+                              f"the broker[{self.config.brokerName}] sending message is "
+                              "forbidden")
+        topic_config = self.topics.topics.get(topic)
+        if topic_config is None:
+            raise SendRefused(ResponseCode.TOPIC_NOT_EXIST,
+                              f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & Perm.WRITE:
+            raise SendRefused(ResponseCode.NO_PERMISSION,
+                              f"the topic[{topic}] sending message is forbidden")
+        if not 0 <= queue_id < topic_config.write_queue_nums:
+            raise SendRefused(ResponseCode.INVALID_PARAMETER,
+                              f"queueId[{queue_id}] is illegal, topic {topic} has "
+                              f"{topic_config.write_queue_nums} write queues")
+        stored_topic, stored_queue, properties, sysflag = self.transform(
+            topic, queue_id, properties, sysflag, 0)
+        raw_props = join_properties(properties.encode(), self.cluster_property)
+        if len(raw_props) > MAX_PROPERTIES_SIZE:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL,
+                              f"message properties are {len(raw_props)} bytes; the limit is "
+                              f"{MAX_PROPERTIES_SIZE}")
+        message = StoreMessage(stored_topic, body, stored_queue, properties=raw_props,
+                               flag=flag, sysflag=sysflag, born_timestamp=born_timestamp,
+                               born_host=born_host, born_port=born_port)
+        try:
+            results = await self.put([message])
+        except Exception as exc:
+            raise self.refusal(exc) from None
+        self.stats.put(1, topic)
+        return message, results[0]
 
     def _response(self, cmd: RemotingCommand, message: StoreMessage | BatchMessage,
                   results: list[PutResult], queue_id: int, batch: bool) -> RemotingCommand:

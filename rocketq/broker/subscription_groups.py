@@ -62,6 +62,9 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    #: RocketMQ 5's FIFO group: POP consumers get a queue's next messages only once the
+    #: ones out are acked (the 5.x clients' ``fifo`` setting comes from it).
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {_JSON_NAMES[k]: v for k, v in asdict(self).items()}
@@ -83,6 +86,7 @@ _JSON_NAMES = {
     "retry_max_times": "retryMaxTimes", "broker_id": "brokerId",
     "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
     "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+    "consume_message_orderly": "consumeMessageOrderly",
 }
 _INT_BOUNDS = {"retryQueueNums": (0, MAX_RETRY_QUEUES), "retryMaxTimes": (-1, JAVA_INT_MAX),
                "brokerId": (0, JAVA_LONG_MAX), "whichBrokerWhenConsumeSlowly": (0, JAVA_LONG_MAX)}

@@ -73,12 +73,46 @@ class TopicConfigError(ValueError):
     the message names the field."""
 
 
-def topic_config_from_request(ext: Mapping[str, str]) -> TopicConfig:
+#: Topic attributes rocketq knows, with the values each takes (RocketMQ 5's TopicAttributes).
+TOPIC_ATTRIBUTES = {"message.type": ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")}
+
+
+def alter_attributes(current: Mapping[str, str], change: str) -> dict[str, str]:
+    """RocketMQ 5's ``attributes`` field of UPDATE_AND_CREATE_TOPIC (``-a`` of mqadmin
+    updateTopic): ``+key=value`` sets, ``-key`` removes, entries ``,``-separated; applied to
+    ``current``. Raises TopicConfigError for an unknown key or value."""
+    out = dict(current)
+    for entry in (e.strip() for e in change.split(",")):
+        if not entry:
+            continue
+        sign, body = entry[0], entry[1:]
+        key, eq, value = body.partition("=")
+        key, value = key.strip(), value.strip()
+        if sign not in "+-" or not key:
+            raise TopicConfigError(f"the field attributes has a bad entry {entry[:60]!r}: "
+                                   "write +key=value to set, -key to remove")
+        if key not in TOPIC_ATTRIBUTES:
+            raise TopicConfigError(f"the field attributes names an unknown attribute {key!r}; "
+                                   f"known: {', '.join(sorted(TOPIC_ATTRIBUTES))}")
+        if sign == "-":
+            out.pop(key, None)
+            continue
+        allowed = TOPIC_ATTRIBUTES[key]
+        if not eq or value.upper() not in allowed:
+            raise TopicConfigError(f"the attribute {key} must be one of {', '.join(allowed)}, "
+                                   f"not {value[:40]!r}")
+        out[key] = value.upper()
+    return out
+
+
+def topic_config_from_request(ext: Mapping[str, str],
+                              current: TopicConfig | None = None) -> TopicConfig:
     """The TopicConfig an UPDATE_AND_CREATE_TOPIC request's fields describe, every field
     checked before anything changes: a legal topic name, queue numbers within
     1..MAX_QUEUE_NUMS, perm within 0..7 (RocketMQ's PermName.isValid), topicFilterType
     SINGLE_TAG or MULTI_TAG (TopicFilterType), topicSysFlag a Java int and order a boolean.
-    Absent fields take RocketMQ's defaults. Raises TopicConfigError naming the field."""
+    Absent fields take RocketMQ's defaults; ``attributes`` changes those of ``current`` (the
+    topic as it is). Raises TopicConfigError naming the field."""
     topic = ext.get("topic") or ""
     try:
         validate_topic(topic)
@@ -111,8 +145,10 @@ def topic_config_from_request(ext: Mapping[str, str]) -> TopicConfig:
     if order_raw not in ("true", "false", "1", "0"):
         raise TopicConfigError(f"the field order must be true or false, not "
                                f"{str(ext.get('order'))[:40]!r}")
+    attributes = alter_attributes(current.attributes if current is not None else {},
+                                  str(ext.get("attributes") or ""))
     return TopicConfig(topic, read, write, perm, filter_type, sys_flag,
-                       order_raw in ("true", "1"))
+                       order_raw in ("true", "1"), attributes)
 
 
 class DataVersion:

@@ -93,6 +93,7 @@ class Transactions:
         self.resolved: set[int] = set()
         #: Resolves an exactly-once sink's half left open too long (sink.py).
         self.sink_orphan: Callable[[MessageRecord], Awaitable[None]] | None = None
+        self.askers = []
         #: Held while half messages are resolved, so each is resolved once.
         self.lock = asyncio.Lock()
         if os.path.exists(self.path):
@@ -160,33 +161,40 @@ class Transactions:
         kind = cmd.int_field("commitOrRollback", UNKNOWN)
         if kind not in (COMMIT, ROLLBACK):
             return None  # UNKNOWN: wait for a check, answer nothing (as RocketMQ does)
-        store = self.store
-        offset = cmd.int_field("commitLogOffset")
-        record = store.look_message_by_offset(offset)
-        if record is None or record.topic != TRANS_HALF_TOPIC:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"no half message at CommitLog offset {offset}")
-        group = cmd.field("producerGroup") or ""
-        if record.properties.get(Property.PRODUCER_GROUP) not in (None, group):
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="the producer group does not match the half message")
-        half_offset = record.queue_offset
         state_offset = cmd.field("tranStateTableOffset")
-        if state_offset not in (None, "") and int(state_offset) != half_offset:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="tranStateTableOffset does not match the half message")
+        error = await self.resolve(cmd.int_field("commitLogOffset"), kind == COMMIT,
+                                   cmd.field("producerGroup") or "",
+                                   int(state_offset) if state_offset not in (None, "") else None)
+        if error is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=error)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def resolve(self, offset: int, commit: bool, group: str | None = None,
+                      half_offset: int | None = None) -> str | None:
+        """Commit or roll back the half message at CommitLog ``offset`` (END_TRANSACTION, or
+        the gRPC EndTransaction). ``group`` and ``half_offset``, when given, must be the
+        half's. Returns what is wrong, or None once done (or done before)."""
+        record = self.store.look_message_by_offset(offset)
+        if record is None or record.topic != TRANS_HALF_TOPIC:
+            return f"no half message at CommitLog offset {offset}"
+        if group is not None and record.properties.get(Property.PRODUCER_GROUP) not in (
+                None, group):
+            return "the producer group does not match the half message"
+        queue_offset = record.queue_offset
+        if half_offset is not None and half_offset != queue_offset:
+            return "tranStateTableOffset does not match the half message"
         async with self.lock:
-            if half_offset in self.resolved or half_offset < self.half_offset:
-                return cmd.response(ResponseCode.SUCCESS)  # resolved already: idempotent
-            if kind == COMMIT:
+            if queue_offset in self.resolved or queue_offset < self.half_offset:
+                return None  # resolved already: idempotent
+            if commit:
                 try:
                     await self.put([self._committed(record)])
                 except Exception as exc:
-                    return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"commit failed: {exc}")
-            await self._write_op(half_offset)
+                    return f"commit failed: {exc}"
+            await self._write_op(queue_offset)
         log.debug("transaction %s %s", record.properties.get(Property.UNIQ_KEY),
-                  "committed" if kind == COMMIT else "rolled back")
-        return cmd.response(ResponseCode.SUCCESS)
+                  "committed" if commit else "rolled back")
+        return None
 
     def _committed(self, half: MessageRecord) -> StoreMessage:
         props = dict(half.properties)
@@ -270,10 +278,15 @@ class Transactions:
         await self.put([message])
         await self._write_op(half.queue_offset)
 
+    #: Other ways to ask a producer about a half message (the gRPC endpoint's telemetry
+    #: streams): called with the half as its producer sent it, and the producer group;
+    #: True when one asked.
+    askers: list[Callable[[MessageRecord, str], bool]]
+
     def _ask(self, half: MessageRecord) -> bool:
         group = half.properties.get(Property.PRODUCER_GROUP, "")
         channel = self.clients.producer_channel(group)
-        if channel is None:
+        if channel is None and not self.askers:
             return False
         props = dict(half.properties)
         real = MessageRecord(
@@ -290,5 +303,7 @@ class Transactions:
             "commitLogOffset": half.commitlog_offset, "msgId": uniq,
             "transactionId": props.get(Property.TRANSACTION_ID) or uniq,
             "offsetMsgId": half.offset_msg_id}, encode_record(real), oneway=True)
+        if channel is None:
+            return any(ask(real, group) for ask in self.askers)
         channel.connection.oneway(cmd)
         return True

@@ -95,6 +95,7 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "namesrvAddr": getattr(args, "namesrv", None),
         "listenPort": getattr(args, "broker_port", None),
+        "grpcServerPort": getattr(args, "grpc_port", None),
         "brokerName": getattr(args, "broker_name", None),
         "brokerClusterName": getattr(args, "cluster", None),
         "storePathRootDir": getattr(args, "data_dir", None),
@@ -104,6 +105,45 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "aclFile": getattr(args, "acl_file", None),
         "aclEnable": True if getattr(args, "acl_file", None) else None,
     }
+
+
+def _grpc_port_default(args: argparse.Namespace, config: Any) -> None:
+    """``ROCKETQ_GRPC_PORT`` sets the gRPC port when neither ``--grpc-port`` nor the
+    broker.conf does (a test run, say, sets it to 0 for every broker it starts)."""
+    from ..store.config import read_properties
+
+    if getattr(args, "grpc_port", None) is not None:
+        return
+    env = os.environ.get("ROCKETQ_GRPC_PORT", "").strip()
+    if not env:
+        return
+    if args.config and "grpcServerPort" in dict(read_properties(args.config)):
+        return
+    try:
+        config.grpcServerPort = int(env)
+    except ValueError:
+        raise ValueError(f"ROCKETQ_GRPC_PORT must be a port number, not {env!r}") from None
+
+
+async def _serve_grpc(broker: Any) -> Any:
+    """The broker's gRPC port for RocketMQ 5.x clients, unless ``grpcServerPort`` is 0; on
+    failure the broker is stopped again."""
+    if not broker.config.grpcServerPort:
+        return None
+    from ..grpc import GrpcServer
+
+    server = GrpcServer(broker)
+    try:
+        with _listening("broker"):
+            await server.start()
+    except BaseException:
+        await broker.stop()
+        raise
+    return server
+
+
+def _grpc_note(server: Any) -> str:
+    return f", gRPC {server.host}:{server.port}" if server is not None else ""
 
 
 def _report_unknown_keys(args: argparse.Namespace, unknown: dict[str, str]) -> None:
@@ -184,6 +224,7 @@ async def _run_broker(args: argparse.Namespace) -> None:
 
     stop = _stop_on_signal()
     config, store_config = load_broker_conf(args.config, **_broker_overrides(args))
+    _grpc_port_default(args, config)
     # Before the broker reads its config directory, binds or registers: a second broker on a
     # store in use stops here (StoreLockedError), and the first one goes on undisturbed.
     lock = StoreLock.acquire(store_config.storePathRootDir, f"rocketq broker "
@@ -192,9 +233,12 @@ async def _run_broker(args: argparse.Namespace) -> None:
     _report_unknown_keys(args, broker.config.unknown)
     with _listening("broker"):
         await broker.start()
-    print(f"Broker {broker.config.brokerName} listening on {broker.address} "
-          f"(NameServer {broker.config.namesrvAddr})", flush=True)
+    grpc = await _serve_grpc(broker)
+    print(f"Broker {broker.config.brokerName} listening on {broker.address}"
+          f"{_grpc_note(grpc)} (NameServer {broker.config.namesrvAddr})", flush=True)
     await stop.wait()
+    if grpc is not None:
+        await grpc.stop()
     await broker.stop()
 
 
@@ -210,6 +254,7 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     if args.slaves:
         overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
     config, store_config = load_broker_conf(args.config, **overrides)
+    _grpc_port_default(args, config)
     # The store's lock before anything listens: a second standalone on the same data
     # directory (the default one, say) stops here, and the first one goes on undisturbed.
     lock = StoreLock.acquire(store_config.storePathRootDir,
@@ -225,9 +270,14 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     broker = Broker(config, store_config, store_lock=lock)
     with _listening("broker"):
         await broker.start()
+    try:
+        grpc = await _serve_grpc(broker)
+    except BaseException:
+        await ns.stop()
+        raise
     brokers = [broker]
     print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
-          f"{broker.config.brokerName} {broker.address}, data in "
+          f"{broker.config.brokerName} {broker.address}{_grpc_note(grpc)}, data in "
           f"{broker.store_config.storePathRootDir}", flush=True)
     try:
         for i in range(1, args.slaves + 1):
@@ -235,7 +285,7 @@ async def _run_standalone(args: argparse.Namespace) -> None:
             slave_overrides = {
                 **overrides, "brokerRole": "SLAVE", "brokerId": i,
                 "storePathRootDir": os.path.join(overrides["storePathRootDir"], f"slave-{i}"),
-                "listenPort": 0,
+                "listenPort": 0, "grpcServerPort": 0,
                 "haMasterAddress": broker.ha_server.address if broker.ha_server else None}
             slave = Broker(*load_broker_conf(args.config, **slave_overrides))
             with _listening(f"slave {i}"):
@@ -247,6 +297,8 @@ async def _run_standalone(args: argparse.Namespace) -> None:
         await stop.wait()
         print("stopping...", flush=True)
     finally:
+        if grpc is not None:
+            await grpc.stop()
         for b in reversed(brokers):
             await b.stop()
         await ns.stop()
@@ -325,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--namesrv", help="NameServer addresses (namesrvAddr), ';'-separated")
             p.add_argument("--data-dir", help="store root (storePathRootDir)")
         p.add_argument("--broker-port", type=int, help="listen port (listenPort, default 10911)")
+        p.add_argument("--grpc-port", type=int,
+                       help="the gRPC port for RocketMQ 5.x clients (grpcServerPort, default "
+                            "8081, or ROCKETQ_GRPC_PORT; 0: none)")
         p.add_argument("--broker-name", help="brokerName (default broker-a)")
         p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
         p.add_argument("--broker-ip", help="address written into message ids (brokerIP1)")

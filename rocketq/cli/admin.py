@@ -79,6 +79,10 @@ def add_admin_parser(sub: Any) -> None:
     p.add_argument("--perm", type=int, default=6, help="permission bits (default 6, RW)")
     p.add_argument("--cluster", default=None, help="only brokers of this cluster")
     p.add_argument("--order", action="store_true", help="mark the topic as ordered")
+    p.add_argument("--message-type", type=str.upper,
+                   choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+                   help="what RocketMQ 5.x clients may send to it (the message.type "
+                        "attribute; default NORMAL)")
     p.set_defaults(func=topic_create)
     _leaf(topic, "list", help="every topic the NameServer knows").set_defaults(
         func=topic_list)
@@ -193,7 +197,8 @@ async def _run(args: argparse.Namespace, body: Any) -> int:
 async def topic_create(args: argparse.Namespace) -> int:
     async def body(instance: ClientInstance) -> int:
         masters = await AsyncAdmin(args.namesrv, instance=instance).create_topic(
-            args.topic, args.queues, cluster=args.cluster, perm=args.perm, order=args.order)
+            args.topic, args.queues, cluster=args.cluster, perm=args.perm, order=args.order,
+            message_type=args.message_type)
         for name, addr in sorted(masters.items()):
             print(f"created {args.topic} on {name} ({addr}) with {args.queues} queues")
         return 0

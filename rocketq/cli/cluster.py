@@ -218,8 +218,12 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
              "--data-dir", os.path.join(data, "controller")],
             os.path.join(data, "controller.log")), essential=True, port=controller_port))
         print(f"NameServer {namesrv}\nController {controller}", flush=True)
+        grpc_base = grpc_port_base(args)
+        index = 0
         for name in group_names(args.groups):
             for replica in range(args.replicas):
+                grpc_port = grpc_base + index if grpc_base else 0
+                index += 1
                 root = os.path.join(data, f"{name}-{replica}")
                 os.makedirs(root, exist_ok=True)
                 conf = os.path.join(root, "broker.conf")
@@ -228,14 +232,16 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                     fh.write(f"brokerClusterName=DefaultCluster\nbrokerName={name}\n"
                              f"namesrvAddr={namesrv}\nlistenPort={port}\nhaListenPort=0\n"
                              f"storePathRootDir={root}\nenableControllerMode=true\n"
-                             f"controllerAddr={controller}\nallAckInSyncStateSet=true\n")
+                             f"controllerAddr={controller}\nallAckInSyncStateSet=true\n"
+                             f"grpcServerPort={grpc_port}\n")
                     if args.config:
                         with open(args.config) as extra:
                             fh.write(extra.read())
                 proc = await _spawn(["broker", "-c", conf], os.path.join(root, "broker.log"))
                 children.append(Child(f"{name} replica {replica}", proc, port=port))
-                print(f"{name} replica {replica}: 127.0.0.1:{port} (pid {proc.pid}, data "
-                      f"{root})", flush=True)
+                grpc_note = f", gRPC 127.0.0.1:{grpc_port}" if grpc_port else ""
+                print(f"{name} replica {replica}: 127.0.0.1:{port}{grpc_note} (pid {proc.pid}, "
+                      f"data {root})", flush=True)
         watch = MasterWatch(namesrv, group_names(args.groups), children[2:])
         await watch.first()
         print(f"connect clients with namesrv=\"{namesrv}\"; Ctrl-C stops all", flush=True)
@@ -257,6 +263,14 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         lock.release()
 
 
+def grpc_port_base(args: argparse.Namespace) -> int:
+    """The first broker's gRPC port: ``--grpc-port``, else ``ROCKETQ_GRPC_PORT``, else 8081."""
+    if args.grpc_port is not None:
+        return args.grpc_port
+    env = os.environ.get("ROCKETQ_GRPC_PORT", "").strip()
+    return int(env) if env.isdigit() else 8081
+
+
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cluster", help="run a NameServer, a controller and broker groups in "
                                        "controller mode, as child processes (automatic "
@@ -268,6 +282,9 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--namesrv-port", type=int, default=9876, help="the NameServer's port")
     p.add_argument("--controller-port", type=int, default=0,
                    help="default: any free port (Raft uses the next one)")
+    p.add_argument("--grpc-port", type=int,
+                   help="the first broker's gRPC port for RocketMQ 5.x clients; the others "
+                        "take the next ones (default 8081, or ROCKETQ_GRPC_PORT; 0: none)")
     p.add_argument("-c", "--config", help="broker.conf lines added to every broker's")
     p.set_defaults(func=_run)
 

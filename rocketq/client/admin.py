@@ -18,13 +18,15 @@ from ..protocol import (
     fastjson,
 )
 from ..protocol.message import decode_offset_msg_id
-from .errors import ClientError
+from .errors import ClientError, InvalidArgumentError
 from .instance import ClientInstance
 from .message import MessageQueue, ReceivedMessage
 
 #: Queues of a topic created without saying how many: the default of mqadmin's updateTopic
 #: and of a broker's defaultTopicQueueNums.
 DEFAULT_TOPIC_QUEUES = 8
+#: Values of a topic's ``message.type`` attribute (RocketMQ 5's TopicMessageType).
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 #: How long create_topic waits for the NameServer to list a topic it created, in seconds.
 TOPIC_VISIBLE_WAIT = 5.0
 #: Prefixes of the topics brokers keep for themselves: a search through every topic tries
@@ -108,9 +110,20 @@ class AsyncAdmin:
 
     async def create_topic(self, topic: str, queues: int = DEFAULT_TOPIC_QUEUES, *,
                            cluster: str | None = None,
-                           perm: int = 6, order: bool = False) -> dict[str, str]:
+                           perm: int = 6, order: bool = False,
+                           message_type: str | None = None) -> dict[str, str]:
         """Create (or update) ``topic`` with ``queues`` read and write queues on every master
-        broker (of ``cluster``); returns the brokers it was created on."""
+        broker (of ``cluster``); returns the brokers it was created on. ``message_type``
+        (NORMAL, FIFO, DELAY, TRANSACTION or MIXED) sets RocketMQ 5's ``message.type``
+        attribute, which says what the 5.x clients may send to it.
+
+        Raises:
+            ClientError: no master broker, or a broker refused the topic.
+            InvalidArgumentError: ``message_type`` is not one of those five.
+        """
+        if message_type is not None and message_type.upper() not in MESSAGE_TYPES:
+            raise InvalidArgumentError(f"message_type must be one of {', '.join(MESSAGE_TYPES)}"
+                                       f", not {message_type!r}")
         masters = await self.masters(cluster)
         if not masters:
             raise ClientError("no master broker found" + (f" in {cluster}" if cluster else ""))
@@ -119,7 +132,9 @@ class AsyncAdmin:
                 RequestCode.UPDATE_AND_CREATE_TOPIC, {
                     "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
                     "writeQueueNums": queues, "perm": perm, "topicFilterType": "SINGLE_TAG",
-                    "topicSysFlag": 0, "order": order}))
+                    "topicSysFlag": 0, "order": order,
+                    **({"attributes": f"+message.type={message_type.upper()}"}
+                       if message_type else {})}))
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(f"creating {topic} on {name} ({addr}): {r.remark}")
         # The brokers tell the NameServer right after they answer: wait for that (briefly),

@@ -830,18 +830,22 @@ class Admin:
         return self._loop.run(self._async.masters(cluster))
 
     def create_topic(self, topic: str, queues: int = DEFAULT_TOPIC_QUEUES, *,
-                     cluster: str | None = None, perm: int = 6, order: bool = False
-                     ) -> dict[str, str]:
+                     cluster: str | None = None, perm: int = 6, order: bool = False,
+                     message_type: str | None = None) -> dict[str, str]:
         """Create (or update) ``topic`` on every master broker; returns those brokers.
+        ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION or MIXED) sets the topic's
+        ``message.type``: what the RocketMQ 5.x clients may send to it.
 
         Raises:
             NameServerError: no NameServer answered.
             ConnectionClosedError: the broker could not be reached.
             ClientTimeoutError: the broker did not answer in time.
             ClientError: no master broker was found, or one refused the topic.
+            InvalidArgumentError: ``message_type`` is not one of the five.
         """
         return self._loop.run(self._async.create_topic(topic, queues, cluster=cluster,
-                                                       perm=perm, order=order))
+                                                       perm=perm, order=order,
+                                                       message_type=message_type))
 
     def list_topics(self) -> list[str]:
         """Every topic the NameServer knows, sorted, system ones included.

@@ -90,6 +90,11 @@ class RequestCode(enum.IntEnum):
     SINK_DECISION = 38001
     SINK_COMMIT = 38002
     SINK_ABORT = 38003
+    # POP consumption (RocketMQ 5).
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(enum.IntEnum):
@@ -127,6 +132,8 @@ class ResponseCode(enum.IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     ILLEGAL_OPERATION = 604
     # Controller mode.
     CONTROLLER_FENCED_MASTER_EPOCH = 2000

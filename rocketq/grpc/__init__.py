@@ -1,0 +1,13 @@
+"""RocketMQ 5.x's gRPC protocol (``apache.rocketmq.v2.MessagingService``), served by a broker
+beside its remoting port so that the official 5.x clients work against it unchanged.
+
+- ``convert``: v2 messages to and from the broker's records (no I/O);
+- ``service``: the MessagingService over the broker's parts (sends, POP, offsets,
+  transactions, the ACL);
+- ``server``: the gRPC port itself;
+- ``proto``: the generated protobuf and gRPC modules.
+"""
+
+from .server import GrpcServer
+
+__all__ = ["GrpcServer"]
