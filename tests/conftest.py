@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 
 import pytest
 
 from rocketq.broker import Broker, load_broker_conf
 from rocketq.namesrv import NameServer
+
+# Brokers the tests start as processes serve no gRPC port unless a test names one: many run
+# at once, and the default port (8081) is one port.
+os.environ["ROCKETQ_GRPC_PORT"] = "0"
 
 
 class Cluster:

@@ -447,38 +447,13 @@ class SendProcessor:
         return self._response(cmd, message, results, queue_id, batch)
 
     def _store_error(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
-        refused = self.refusal(exc)
+        refused = store_refusal(exc, self)
         return cmd.response(refused.code, remark=str(refused))
 
     def refusal(self, exc: Exception) -> SendRefused:
         """What to answer for a put the store refused; raises ``exc`` again when it is not
         a refusal but a fault."""
-        if isinstance(exc, SendRefused):
-            return exc
-        if isinstance(exc, MessageIllegalError):
-            return SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        if isinstance(exc, SlaveNotWritableError):
-            # RocketMQ answers a send to a slave the same way (PutMessageStatus
-            # SERVICE_NOT_AVAILABLE: "message store is slave mode").
-            return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
-        if isinstance(exc, InSyncReplicasNotEnoughError):
-            # RocketMQ's answer, word for word: a failure the client may resend elsewhere.
-            return SendRefused(ResponseCode.SYSTEM_ERROR, str(exc))
-        if isinstance(exc, DiskFullError):
-            # RocketMQ answers a store that is not writable the same way; the remark says the
-            # disk is full and which directory, and the client may send to another broker.
-            now = time.monotonic()
-            if now - self._disk_full_logged >= 10:
-                self._disk_full_logged = now
-                log.error("send refused (and any more for 10 s, unlogged): %s", exc)
-            return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
-        if isinstance(exc, StoreClosedError):
-            return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
-        if isinstance(exc, (struct.error, OverflowError, ValueError)):
-            # A value the record cannot hold that no check before caught: the sender's
-            # error, answered as such; the broker logs no traceback for it.
-            return SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"the message cannot be stored: {exc}")
-        raise exc
+        return store_refusal(exc, self)
 
     async def put_one(self, topic: str, body: bytes, queue_id: int, properties: str, *,
                       born_timestamp: int, born_host: bytes, born_port: int, flag: int = 0,
@@ -533,6 +508,37 @@ class SendProcessor:
             "MSG_REGION": self.region,
             "TRACE_ON": self.trace_on,
         })
+
+
+def store_refusal(exc: Exception, processor: SendProcessor | None = None) -> SendRefused:
+    """What to answer for a put the store refused (``processor`` logs a full disk, once in
+    10 s); raises ``exc`` again when it is not a refusal but a fault."""
+    if isinstance(exc, SendRefused):
+        return exc
+    if isinstance(exc, MessageIllegalError):
+        return SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    if isinstance(exc, SlaveNotWritableError):
+        # RocketMQ answers a send to a slave the same way (PutMessageStatus
+        # SERVICE_NOT_AVAILABLE: "message store is slave mode").
+        return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
+    if isinstance(exc, InSyncReplicasNotEnoughError):
+        # RocketMQ's answer, word for word: a failure the client may resend elsewhere.
+        return SendRefused(ResponseCode.SYSTEM_ERROR, str(exc))
+    if isinstance(exc, DiskFullError):
+        # RocketMQ answers a store that is not writable the same way; the remark says the
+        # disk is full and which directory, and the client may send to another broker.
+        now = time.monotonic()
+        if processor is not None and now - processor._disk_full_logged >= 10:
+            processor._disk_full_logged = now
+            log.error("send refused (and any more for 10 s, unlogged): %s", exc)
+        return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
+    if isinstance(exc, StoreClosedError):
+        return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
+    if isinstance(exc, (struct.error, OverflowError, ValueError)):
+        # A value the record cannot hold that no check before caught: the sender's error,
+        # answered as such; the broker logs no traceback for it.
+        return SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"the message cannot be stored: {exc}")
+    raise exc
 
 
 def _peer_ip(host: str) -> bytes:
