@@ -630,6 +630,7 @@ _GROUP_OPTIONS = {
     "consume_from_min_enable": "consumeFromMinEnable", "broker_id": "brokerId",
     "slow_broker_id": "whichBrokerWhenConsumeSlowly",
     "notify_enable": "notifyConsumerIdsChangedEnable",
+    "fifo": "consumeMessageOrderly",
 }
 
 
@@ -669,6 +670,9 @@ def _add_group_parser(groups: Any) -> None:
                            help="default yes")
             p.add_argument("--notify-enable", action=argparse.BooleanOptionalAction,
                            help="tell members when the group changes (default yes)")
+            p.add_argument("--fifo", action=argparse.BooleanOptionalAction,
+                           help="a FIFO group for POP consumers (RocketMQ 5's "
+                                "consumeMessageOrderly; default no)")
             p.add_argument("--broker-id", type=int, metavar="ID",
                            help="the broker id to consume from (default 0, the master)")
             p.add_argument("--slow-broker-id", type=int, metavar="ID",
