@@ -3,6 +3,7 @@
     python benchmarks/e2e_bench.py            # a table
     python benchmarks/e2e_bench.py --json     # one JSON object
     python benchmarks/e2e_bench.py --acl --tls   # what signing and TLS cost per message
+    python benchmarks/e2e_bench.py --grpc        # the remoting paths with the gRPC port on
 
 The broker runs in its own process (ASYNC_FLUSH, data in a temporary directory); producers and
 consumers run here on rocketq's asyncio client, with 128-byte messages. Pipelined sends use the
@@ -15,6 +16,8 @@ setting (plain; ACL, every request signed and checked; TLS, ``tlsMode=enforcing`
 started at once and measured in alternation, round after round, with one-at-a-time sends,
 pipelined sends without auto-batching (one signature and one TLS record per message) and
 pull consumption. The cost per message is ``1/rate - 1/plain rate`` of the same round.
+With ``--grpc`` the same comparison runs a standalone with its gRPC port (RocketMQ 5.x
+clients) open beside one without: the remoting paths must not pay for it.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_broker(data_dir: str, config: str | None = None, extra: list[str] | None = None
-                 ) -> tuple[subprocess.Popen[str], str]:
+def start_broker(data_dir: str, config: str | None = None, extra: list[str] | None = None,
+                 grpc_port: int = 0) -> tuple[subprocess.Popen[str], str]:
     """``rocketq standalone`` with ASYNC_FLUSH in a child process; it and its NameServer."""
     from rocketq.cli import spawn_standalone
 
-    return spawn_standalone(data_dir, flush="async", config=config, extra=extra)
+    return spawn_standalone(data_dir, flush="async", config=config, extra=extra,
+                            grpc_port=grpc_port)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -226,6 +230,8 @@ def security_settings(args: argparse.Namespace) -> list[str]:
         names.append("tls")
     if args.acl and args.tls:
         names.append("acl+tls")
+    if args.grpc:
+        names.append("grpc")
     return names
 
 
@@ -250,7 +256,8 @@ def start_secured(name: str, data: str, cert: str, key: str
         options["tls"] = ssl.create_default_context(cafile=cert)
     with open(conf, "w") as f:
         f.write("\n".join(lines) + "\n")
-    proc, namesrv = start_broker(os.path.join(directory, "store"), conf, extra)
+    proc, namesrv = start_broker(os.path.join(directory, "store"), conf, extra,
+                                 grpc_port=free_port() if name == "grpc" else 0)
     return proc, namesrv, options
 
 
@@ -373,10 +380,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare with every request signed and checked (plain ACL)")
     parser.add_argument("--tls", action="store_true",
                         help="compare with every connection on TLS (tlsMode=enforcing)")
+    parser.add_argument("--grpc", action="store_true",
+                        help="compare with the gRPC port for 5.x clients open")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="with --acl/--tls: alternating rounds per setting (default 3)")
+                        help="with --acl/--tls/--grpc: alternating rounds per setting "
+                             "(default 3)")
     args = parser.parse_args(argv)
-    if args.acl or args.tls:
+    if args.acl or args.tls or args.grpc:
         result = compare_security(args)
         if args.json:
             print(json.dumps(result))

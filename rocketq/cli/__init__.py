@@ -306,12 +306,15 @@ async def _run_standalone(args: argparse.Namespace) -> None:
 
 def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | None = None,
                      log_level: str = "WARNING", timeout: float = 30,
-                     extra: list[str] | None = None) -> tuple[subprocess.Popen[str], str]:
+                     extra: list[str] | None = None, grpc_port: int = 0
+                     ) -> tuple[subprocess.Popen[str], str]:
     """Start ``rocketq standalone`` in a child process on free ports, with its store in
-    ``data_dir`` (and ``flush`` mode, ``config`` broker.conf); return the process and its
-    NameServer address once it serves. Stop it with ``terminate()``."""
+    ``data_dir`` (and ``flush`` mode, ``config`` broker.conf, a gRPC port when
+    ``grpc_port`` is not 0); return the process and its NameServer address once it serves.
+    Stop it with ``terminate()``."""
     argv = [sys.executable, "-m", "rocketq.cli", "--log-level", log_level, "standalone",
-            "--data-dir", data_dir, "--namesrv-port", "0", "--broker-port", "0"]
+            "--data-dir", data_dir, "--namesrv-port", "0", "--broker-port", "0",
+            "--grpc-port", str(grpc_port)]
     if flush:
         argv += ["--flush", flush]
     if config:
