@@ -626,8 +626,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             topic_resource = request.message_queue.topic
             self._check(context, md, [(topic_resource.name, False, SUB),
                                       (request.group.name, True, SUB)])
-            topic_config = self._topic(topic_resource)
-            group_config = self._group(request.group)
+            self._topic(topic_resource)
+            self._group(request.group)
             if request.auto_renew:
                 invisible = AUTO_RENEW_INVISIBLE_MS
             else:
@@ -653,12 +653,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             poll = max(0, poll - 200)  # answered before the caller's deadline
             sub = _subscription(topic_resource.name, request.filter_expression)
             batch = request.batch_size if request.batch_size > 0 else 32
-            queue_id = -1
-            if group_config.consume_message_orderly and request.message_queue.id >= 0 \
-                    and request.message_queue.id < topic_config.read_queue_nums:
-                queue_id = request.message_queue.id
+            # Every queue of the topic on this broker, as the proxy pops (the client's queue
+            # only says which broker): a FIFO group's queues out are skipped there.
             result = await self.broker.pop.pop(
-                request.group.name, topic_resource.name, queue_id, min(batch, 32), invisible,
+                request.group.name, topic_resource.name, -1, min(batch, 32), invisible,
                 poll, sub, min_invisible_ms=1_000)
         except Refused as exc:
             yield spb.ReceiveMessageResponse(status=exc.status)

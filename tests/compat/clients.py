@@ -35,12 +35,22 @@ def client_python(name: str, requirement: str) -> str:
 class Standalone:
     """``rocketq standalone`` in a child process on free ports."""
 
-    def __init__(self, data_dir: pathlib.Path, extra_conf: str = "") -> None:
+    def __init__(self, data_dir: pathlib.Path, extra_conf: str = "", *, grpc: bool = False,
+                 args: tuple[str, ...] = ()) -> None:
         self.ns_port, self.broker_port = free_port(), free_port()
+        #: The gRPC port for the 5.x clients, when ``grpc``.
+        self.grpc_port = free_port() if grpc else 0
         data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = start(["standalone", "--data-dir", str(data_dir), "--namesrv-port",
                            str(self.ns_port), "--broker-port", str(self.broker_port),
-                           "-c", small_conf(data_dir.parent, extra_conf)], "connect clients")
+                           "--grpc-port", str(self.grpc_port),
+                           "-c", small_conf(data_dir.parent, extra_conf), *args],
+                          "connect clients")
+
+    @property
+    def endpoint(self) -> str:
+        """The gRPC endpoint of the 5.x clients."""
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def namesrv(self) -> str:
