@@ -1,6 +1,6 @@
 """rocketq: a message queue that does what Apache RocketMQ does, in Python.
 
-    from rocketq import Producer, Message, PushConsumer, PullConsumer, ConsumeResult
+    from rocketq import Producer, Message, PushConsumer, PullConsumer, SimpleConsumer, ConsumeResult
 
 The classes here are synchronous; ``rocketq.aio`` has the asyncio versions.
 
@@ -44,7 +44,14 @@ if TYPE_CHECKING:
         select_by_hash,
     )
     from .client.admin import ConsumerProgress, QueueProgress
-    from .client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
+    from .client.sync import (
+        Admin,
+        Producer,
+        PullConsumer,
+        PushConsumer,
+        SimpleConsumer,
+        TransactionProducer,
+    )
 
 #: Where each exported name lives; the synchronous classes come from ``client.sync``.
 _SOURCES = {
@@ -56,7 +63,7 @@ _SOURCES = {
         "MessageValidationError", "NameServerError", "NoMasterError", "ReceivedMessage",
         "SendResult", "SendStatus", "TransactionListener", "TransactionSendResult",
         "create_reply", "select_by_hash"], ".client"),
-    **dict.fromkeys(["Admin", "Producer", "PullConsumer", "PushConsumer",
+    **dict.fromkeys(["Admin", "Producer", "PullConsumer", "PushConsumer", "SimpleConsumer",
                      "TransactionProducer"], ".client.sync"),
     **dict.fromkeys(["ConsumerProgress", "QueueProgress"], ".client.admin"),
 }
@@ -68,7 +75,7 @@ __all__ = [
     "InvalidArgumentError", "LocalTransactionState", "Message", "MessageQueue",
     "MessageSelector", "MessageValidationError", "NameServerError", "NoMasterError", "Producer",
     "PullConsumer", "PushConsumer", "QueueProgress", "ReceivedMessage", "SendResult",
-    "SendStatus", "TransactionListener",
+    "SendStatus", "SimpleConsumer", "TransactionListener",
     "TransactionProducer", "TransactionSendResult", "__version__", "create_reply",
     "select_by_hash",
 ]

@@ -1,12 +1,12 @@
 """asyncio API: the same producers and consumers as ``rocketq``, as coroutines.
 
-    from rocketq.aio import Producer, PushConsumer, PullConsumer
+    from rocketq.aio import Producer, PushConsumer, PullConsumer, SimpleConsumer
     async with Producer("pg", namesrv="127.0.0.1:9876") as producer:
         result = await producer.send(Message("Orders", b"hi"))
 
 A PushConsumer listener may be a coroutine function; it then runs on the event loop.
 
-Every name of ``rocketq`` is here too: the five client classes are their asyncio versions,
+Every name of ``rocketq`` is here too: the six client classes are their asyncio versions,
 everything else (messages, errors, selectors, allocation strategies) is the same object.
 """
 
@@ -43,6 +43,7 @@ from .client.admin import ConsumerProgress, QueueProgress
 from .client.producer import AsyncProducer as Producer
 from .client.pull import AsyncPullConsumer as PullConsumer
 from .client.push import AsyncPushConsumer as PushConsumer
+from .client.simple import AsyncSimpleConsumer as SimpleConsumer
 from .client.transaction import AsyncTransactionProducer as TransactionProducer
 
 __all__ = [
@@ -52,7 +53,7 @@ __all__ = [
     "InvalidArgumentError", "LocalTransactionState", "Message", "MessageQueue",
     "MessageSelector", "MessageValidationError", "NameServerError", "NoMasterError", "Producer",
     "PullConsumer", "PushConsumer", "QueueProgress", "ReceivedMessage", "SendResult",
-    "SendStatus", "TransactionListener",
+    "SendStatus", "SimpleConsumer", "TransactionListener",
     "TransactionProducer", "TransactionSendResult", "__version__", "create_reply",
     "select_by_hash",
 ]

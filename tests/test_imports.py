@@ -15,7 +15,8 @@ import rocketq
 import rocketq.aio
 import rocketq.client
 
-CLIENT_CLASSES = {"Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"}
+CLIENT_CLASSES = {"Admin", "Producer", "PullConsumer", "PushConsumer", "SimpleConsumer",
+                  "TransactionProducer"}
 
 
 def loaded_after(statement: str) -> list[str]:

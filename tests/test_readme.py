@@ -107,6 +107,13 @@ def test_auto_batch_example_runs(servers, capsys):
     assert capsys.readouterr().out == "1000 sent, SEND_OK\n"
 
 
+def test_simple_consumer_example_runs(servers, capsys):
+    block = next(b for b in python_blocks() if "SimpleConsumer(" in b)
+    code = block.replace('"127.0.0.1:9876"', repr(servers.namesrv))
+    exec(compile(code, "docs/client.md", "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out == "Invoices b'invoice 17' 1\n"
+
+
 def test_security_example_runs_against_an_acl_and_tls_broker(tmp_path, capsys):
     """The README's plain_acl.yml and client example, on a NameServer and broker that check
     signatures and enforce TLS."""

@@ -249,6 +249,10 @@ class PopService:
         self._cursor: dict[tuple[str, str, int], int] = {}
         self._queue_locks: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        #: Acks waiting for the end of this turn of the loop, and the writes under way.
+        self._pending_acks: list[tuple[list[tuple[CheckPoint, list[int]]],
+                                       asyncio.Future[None]]] = []
+        self._flushing: set[asyncio.Future[None]] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._task: asyncio.Task[None] | None = None
@@ -342,6 +346,11 @@ class PopService:
             else:
                 if (self.offsets.query(ck.group, ck.topic, ck.queue_id) or 0) < ck.next_offset:
                     self.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.next_offset)
+        elif data["t"] == "acks":  # acks written together
+            for g, tp, q, so, pt, offsets in data["l"]:
+                ck = self.checkpoints.get((g, tp, int(q), int(so), int(pt)))
+                if ck is not None:
+                    self._mark(ck, [int(o) for o in offsets])
         elif data["t"] == "ack":
             ck = self.checkpoints.get((data["g"], data["tp"], int(data["q"]),
                                        int(data["so"]), int(data["pt"])))
@@ -538,8 +547,11 @@ class PopService:
         return ck
 
     async def ack(self, group: str, topic: str, handle: str) -> None:
-        """Mark a popped message consumed. Acking it twice is fine."""
-        await self.ack_many(group, topic, [handle])
+        """Mark a popped message consumed. Acking it twice is fine. Raises PopError for a
+        handle that is not one of the group's messages out, or whose time is up."""
+        error = (await self.ack_many(group, topic, [handle]))[0]
+        if error is not None:
+            raise error
 
     async def ack_many(self, group: str, topic: str, handles: Sequence[str]
                        ) -> list[PopError | None]:
@@ -557,12 +569,47 @@ class PopService:
             errors.append(None)
             if handle.queue_offset not in ck.acked:
                 by_ck.setdefault(id(ck), (ck, []))[1].append(handle.queue_offset)
-        for ck, offsets in by_ck.values():
-            await self._write({"t": "ack", "g": ck.group, "tp": ck.topic, "q": ck.queue_id,
-                               "so": ck.offsets[0], "pt": ck.pop_time, "o": offsets})
-            self._mark(ck, offsets)
-            self.counts["acked"] += len(offsets)
+        if by_ck:
+            await self._ack_soon(list(by_ck.values()))
         return errors
+
+    def _ack_soon(self, acks: list[tuple[CheckPoint, list[int]]]) -> asyncio.Future[None]:
+        """Write ``acks`` with the others made in this turn of the event loop: one record
+        for all of them (the acks of many consumers, each its own call, cost one append);
+        the future is done once it is written and the checkpoints marked."""
+        assert self.loop is not None
+        fut: asyncio.Future[None] = self.loop.create_future()
+        if not self._pending_acks:
+            self.loop.call_soon(self._flush_acks)
+        self._pending_acks.append((acks, fut))
+        return fut
+
+    def _flush_acks(self) -> None:
+        pending, self._pending_acks = self._pending_acks, []
+        if pending:
+            task = asyncio.ensure_future(self._write_acks(pending))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    async def _write_acks(self, pending: list[tuple[list[tuple[CheckPoint, list[int]]],
+                                                    asyncio.Future[None]]]) -> None:
+        entries = [[ck.group, ck.topic, ck.queue_id, ck.offsets[0], ck.pop_time, offsets]
+                   for acks, _ in pending for ck, offsets in acks]
+        try:
+            await self._write({"t": "acks", "l": entries})
+        except BaseException as exc:
+            for _, fut in pending:
+                if not fut.done():
+                    fut.set_exception(exc)
+            if isinstance(exc, Exception):
+                return
+            raise
+        for acks, fut in pending:
+            for ck, offsets in acks:
+                self._mark(ck, offsets)
+                self.counts["acked"] += len(offsets)
+            if not fut.done():
+                fut.set_result(None)
 
     def _mark(self, ck: CheckPoint, offsets: list[int], consumed: bool = True) -> None:
         """``offsets`` of ``ck`` are acked (``consumed``), or moved to another checkpoint."""

@@ -178,7 +178,9 @@ class PullProcessor:
                 "minOffset": self.store.get_min_offset(topic, queue_id),
                 "maxOffset": self.store.get_max_offset(topic, queue_id)},
                 remark="this slave serves pulls only when its master is gone")
-        if sysflag & PullSysFlag.COMMIT_OFFSET and slave_serves is None:
+        # Committed on the first run only (RocketMQ's storeOffsetEnable): a held pull run
+        # again when it wakes must not set the group back to what it carried then.
+        if sysflag & PullSysFlag.COMMIT_OFFSET and slave_serves is None and allow_suspend:
             commit = cmd.int_field("commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit(group, topic, queue_id, commit)

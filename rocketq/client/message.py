@@ -269,7 +269,11 @@ class SendResult:
 
 @dataclass
 class ReceivedMessage:
-    """A message as a consumer sees it (RocketMQ's MessageExt)."""
+    """A message as a consumer sees it (RocketMQ's MessageExt).
+
+    A message received by a ``SimpleConsumer`` also has its ``receipt_handle`` (the
+    ``POP_CK`` text the broker handed out with it, which acks it); other consumers' messages
+    have None there."""
 
     topic: str
     body: bytes
@@ -289,10 +293,19 @@ class ReceivedMessage:
     sysflag: int = 0
     store_size: int = 0
     _record: MessageRecord | None = field(default=None, repr=False)
+    #: What acks (or changes the invisible time of) a message a SimpleConsumer received:
+    #: RocketMQ's ``POP_CK`` text; None for messages pulled or pushed.
+    receipt_handle: str | None = field(default=None, repr=False)
 
     @property
     def tags(self) -> str | None:
         return self.properties.get(Property.TAGS)
+
+    @property
+    def delivery_attempt(self) -> int:
+        """Which delivery this is: 1 the first time, 2 the first time it came again (a 5.x
+        client's ``deliveryAttempt``: ``reconsume_times + 1``)."""
+        return self.reconsume_times + 1
 
     @property
     def keys(self) -> list[str]:

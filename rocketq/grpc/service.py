@@ -138,7 +138,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return self.broker.config
 
     def _metadata(self, context: grpc.aio.ServicerContext) -> dict[str, str]:
-        return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        return dict(context.invocation_metadata() or ())
 
     def _client(self, context: grpc.aio.ServicerContext, md: dict[str, str] | None = None
                 ) -> GrpcClient:
@@ -177,8 +177,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                           or "signature" in str(exc) else pb.FORBIDDEN,
                           f"access denied: {exc}") from None
 
-    def _topic(self, resource: pb.Resource, *, read: bool = False) -> Any:
+    def _topic(self, resource: pb.Resource) -> Any:
         name = resource.name
+        config = self.broker.topics.get(name)
+        if config is not None and not name.startswith(("rmq_sys_", "RMQ_SYS_")):
+            return config  # a known topic's name is valid
         try:
             validate_topic(name)
         except Exception as exc:
@@ -195,6 +198,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _group(self, resource: pb.Resource) -> Any:
         name = resource.name
+        config = self.broker.subscription_groups.get(name)
+        if config is not None:
+            return config  # a known group's name is valid
         if not name or not name.strip():
             raise Refused(pb.ILLEGAL_CONSUMER_GROUP, "the consumer group is empty")
         try:

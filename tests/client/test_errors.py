@@ -34,7 +34,8 @@ from rocketq.client.sync import _LoopThread
 
 from ..servers import ServerThread
 
-CLIENT_CLASSES = ["Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "Admin"]
+CLIENT_CLASSES = ["Producer", "TransactionProducer", "PushConsumer", "PullConsumer",
+                  "SimpleConsumer", "Admin"]
 _ENTRY = re.compile(r"(\w+)(?::|\.$)")
 
 

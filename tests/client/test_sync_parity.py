@@ -22,7 +22,8 @@ import rocketq
 import rocketq.aio
 from rocketq.client.sync import _LoopThread
 
-CLASSES = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
+CLASSES = ["Admin", "Producer", "PullConsumer", "PushConsumer", "SimpleConsumer",
+           "TransactionProducer"]
 
 #: (sync class, member) -> why the two APIs differ there. An entry also covers the sync
 #: class's subclasses (TransactionProducer inherits Producer's).
