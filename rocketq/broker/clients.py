@@ -50,6 +50,9 @@ class ConsumerGroup:
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     channels: dict[str, ClientChannel] = field(default_factory=dict)
+    #: Members that consume by POP (SimpleConsumers): listed with the group, but given no
+    #: queues by the group's rebalance, and their heartbeats change none of its settings.
+    pop_members: set[str] = field(default_factory=set)
 
     def update_subscriptions(self, subs: dict[str, Subscription]) -> bool:
         """Merge one member's heartbeat into the group's table, as RocketMQ's
@@ -73,6 +76,16 @@ class ConsumerGroup:
             del table[topic]
             changed = True
         return changed
+
+
+def _subscriptions(consumer: dict[str, Any]) -> dict[str, Subscription]:
+    """A heartbeat's ConsumerData subscriptions, by topic."""
+    subs = {}
+    for sub in consumer.get("subscriptionDataSet") or ():
+        parsed = Subscription.from_json(sub)
+        if parsed.topic:
+            subs[parsed.topic] = parsed
+    return subs
 
 
 class ClientTable:
@@ -108,17 +121,29 @@ class ClientTable:
             group = self.consumers.get(name)
             if group is None:
                 group = self.consumers[name] = ConsumerGroup(name)
-            group.consume_type = enum_name(consumer.get("consumeType"), CONSUME_TYPES,
-                                           "CONSUME_PASSIVELY")
+            consume_type = enum_name(consumer.get("consumeType"), CONSUME_TYPES,
+                                     "CONSUME_PASSIVELY")
+            if consume_type == "CONSUME_POP":
+                # A POP member carries its subscription in each pop: the push and pull
+                # members' subscriptions and settings stay as they are.
+                group.pop_members.add(client_id)
+                if not group.channels or set(group.channels) <= group.pop_members:
+                    group.consume_type = consume_type
+                    group.message_model = enum_name(consumer.get("messageModel"),
+                                                    MESSAGE_MODELS, "CLUSTERING")
+                    group.update_subscriptions(_subscriptions(consumer))
+                new_member = client_id not in group.channels
+                group.channels[client_id] = channel
+                if new_member:
+                    log.info("POP consumer %s joined group %s", client_id, name)
+                continue
+            group.pop_members.discard(client_id)
+            group.consume_type = consume_type
             group.message_model = enum_name(consumer.get("messageModel"), MESSAGE_MODELS,
                                             "CLUSTERING")
             group.consume_from_where = enum_name(consumer.get("consumeFromWhere"),
                                                  CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET")
-            subs = {}
-            for sub in consumer.get("subscriptionDataSet") or ():
-                parsed = Subscription.from_json(sub)
-                if parsed.topic:
-                    subs[parsed.topic] = parsed
+            subs = _subscriptions(consumer)
             if subs or not consumer.get("withoutSub"):
                 group.update_subscriptions(subs)
             new_member = client_id not in group.channels
@@ -170,14 +195,16 @@ class ClientTable:
         """Tell the members left that one went; a group with no member left is forgotten
         with its subscriptions, as RocketMQ's ConsumerManager forgets it (its offsets and
         subscription group config stay)."""
+        group.pop_members &= set(group.channels)
         if group.channels:
             self.notify(group)
         elif self.consumers.get(group.name) is group:
             del self.consumers[group.name]
 
     def consumer_ids(self, group: str) -> list[str]:
+        """The members a group's rebalance shares its queues among: not its POP members."""
         g = self.consumers.get(group)
-        return sorted(g.channels) if g else []
+        return sorted(c for c in g.channels if c not in g.pop_members) if g else []
 
     def subscription(self, group: str, topic: str) -> Subscription | None:
         g = self.consumers.get(group)

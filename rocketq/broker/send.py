@@ -159,6 +159,8 @@ class SendProcessor:
         self.trace_on = "true" if config.traceOn else "false"
         self._queued: list[_Queued] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Messages of put_one waiting for the end of this turn of the loop.
+        self._one_by_one: list[tuple[StoreMessage, asyncio.Future[PutResult]]] = []
         #: When a refusal for a full disk was last logged: once per 10 s is enough, the
         #: store logs when it becomes full and when it takes sends again.
         self._disk_full_logged = -10.0
@@ -485,12 +487,46 @@ class SendProcessor:
         message = StoreMessage(stored_topic, body, stored_queue, properties=raw_props,
                                flag=flag, sysflag=sysflag, born_timestamp=born_timestamp,
                                born_host=born_host, born_port=born_port)
-        try:
-            results = await self.put([message])
-        except Exception as exc:
-            raise self.refusal(exc) from None
+        # Appended with the other messages of this turn of the event loop (the gRPC sends
+        # of many clients, each its own call): one CommitLog append, one dispatch.
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutResult] = loop.create_future()
+        if not self._one_by_one:
+            loop.call_soon(self._put_together)
+        self._one_by_one.append((message, fut))
+        result = await fut
         self.stats.put(1, topic)
-        return message, results[0]
+        return message, result
+
+    def _put_together(self) -> None:
+        queued, self._one_by_one = self._one_by_one, []
+        task = asyncio.get_running_loop().create_task(self._put_queued(queued))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _put_queued(self, queued: list[tuple[StoreMessage, asyncio.Future[PutResult]]]
+                          ) -> None:
+        try:
+            results = await self.put([message for message, _ in queued])
+        except Exception:
+            # One of them is refused: each alone, so that only it is.
+            for message, fut in queued:
+                try:
+                    result = (await self.put([message]))[0]
+                except Exception as exc:
+                    try:
+                        refused = self.refusal(exc)
+                    except Exception as fault:
+                        refused = fault  # type: ignore[assignment]
+                    if not fut.done():
+                        fut.set_exception(refused)
+                else:
+                    if not fut.done():
+                        fut.set_result(result)
+            return
+        for (_, fut), result in zip(queued, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
 
     def _response(self, cmd: RemotingCommand, message: StoreMessage | BatchMessage,
                   results: list[PutResult], queue_id: int, batch: bool) -> RemotingCommand:
