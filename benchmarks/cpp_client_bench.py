@@ -81,7 +81,7 @@ def one_run(python: str, checkout: Path, count: int) -> dict[str, float]:
     """Start the broker of ``checkout`` (this venv's interpreter, its sources first on the
     path), run the client against it, stop it."""
     data = tempfile.mkdtemp(prefix="cpp-bench-")
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    env = {"ROCKETQ_GRPC_PORT": "0", **os.environ, "PYTHONPATH": str(checkout)}
     # The checkout's sources, not the ones an editable install of this venv points to.
     code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if not "
             "getattr(f, '__module__', '').startswith('__editable__')]; "

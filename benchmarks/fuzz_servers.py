@@ -190,6 +190,22 @@ def _send_back(rng: random.Random) -> dict[str, str]:
             "maxReconsumeTimes": num(rng, -1, 20)}
 
 
+def _pop(rng: random.Random) -> dict[str, str]:
+    """POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME: RocketMQ 5's header fields,
+    with receipt handles (extraInfo) well formed, forged, short and garbage."""
+    handle = " ".join(num(rng, -1, 100) for _ in range(3)) + f" 0 {rng.choice('0129x')} " \
+        f"{rng.choice(BROKER_NAMES)} {num(rng, -1, 4)} {num(rng, -1, 100)}"
+    return {"consumerGroup": rng.choice(GROUPS), "topic": rng.choice(TOPICS + [HEALTHY_TOPIC]),
+            "queueId": num(rng, -1, 8), "maxMsgNums": num(rng, -1, 40),
+            "invisibleTime": num(rng, -1, 1 << 36), "pollTime": num(rng, -1, 2000),
+            "bornTime": num(rng, -1, 1 << 42), "initMode": num(rng, -1, 2),
+            "expType": rng.choice(["TAG", "SQL92", "x", ""]),
+            "exp": rng.choice(["*", "a || b", "a > ", LONG, ""]),
+            "order": rng.choice(["true", "false", "x"]),
+            "extraInfo": rng.choice([handle, "", LONG, "1 2 3", "a b c d e f g h"]),
+            "offset": num(rng, -1, 100)}
+
+
 def _broker_names(rng: random.Random) -> dict[str, str]:
     return {"brokerName": rng.choice(BROKER_NAMES), "brokerAddr": rng.choice(ADDRS),
             "clusterName": rng.choice(CLUSTERS), "brokerId": num(rng, -1, 3),
@@ -297,7 +313,9 @@ BROKER_CODES: dict[int, Any] = {
         _query, RequestCode.QUERY_DATA_VERSION: _names, RequestCode.GET_TOPIC_CONFIG: _names,
     RequestCode.GET_BROKER_EPOCH_CACHE: _names, RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
         _controller, RequestCode.SINK_DECISION: _sink, RequestCode.SINK_COMMIT: _sink,
-    RequestCode.SINK_ABORT: _sink,
+    RequestCode.SINK_ABORT: _sink, RequestCode.POP_MESSAGE: _pop,
+    RequestCode.ACK_MESSAGE: _pop, RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pop,
+    RequestCode.BATCH_ACK_MESSAGE: _pop,
 }
 NAMESRV_CODES: dict[int, Any] = {code: _broker_names for code in (
     RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,

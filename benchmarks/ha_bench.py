@@ -124,8 +124,10 @@ def spawn(args: list[str], directory: str, name: str) -> subprocess.Popen[str]:
     """Start ``rocketq <args>`` in its own process and wait until it listens; its log goes to
     a file so a full pipe can never stall it."""
     log = open(os.path.join(directory, f"{name}.log"), "w")  # noqa: SIM115 (closed with it)
+    # Brokers serve no gRPC port unless a run asks for one: several start on one machine.
+    env = {"ROCKETQ_GRPC_PORT": "0", **os.environ}
     proc = subprocess.Popen([sys.executable, "-m", "rocketq.cli", "--log-level", "WARNING",
-                             *args], stdout=subprocess.PIPE, stderr=log, text=True)
+                             *args], stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     log.close()
     assert proc.stdout is not None
     deadline = time.monotonic() + 30

@@ -180,7 +180,8 @@ def restart(root: str, namesrv: str, log_dir: str, run: int) -> dict[str, float]
         with open(err, "w") as ferr:
             t0 = time.monotonic()
             broker = subprocess.Popen([sys.executable, "-m", "rocketq.cli", "broker", "-c", conf],
-                                      stdout=subprocess.DEVNULL, stderr=ferr)
+                                      stdout=subprocess.DEVNULL, stderr=ferr,
+                                      env={"ROCKETQ_GRPC_PORT": "0", **os.environ})
         try:
             answered, messages = asyncio.run(first_answer(f"127.0.0.1:{port}", broker))
         except RuntimeError as exc:

@@ -108,7 +108,7 @@ def test_auto_batch_example_runs(servers, capsys):
 
 
 def test_simple_consumer_example_runs(servers, capsys):
-    block = next(b for b in python_blocks() if "SimpleConsumer(" in b)
+    block = next(b for b in python_blocks() if "SimpleConsumer(" in b and "from rocketq" in b)
     code = block.replace('"127.0.0.1:9876"', repr(servers.namesrv))
     exec(compile(code, "docs/client.md", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out == "Invoices b'invoice 17' 1\n"

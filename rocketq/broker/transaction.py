@@ -162,9 +162,14 @@ class Transactions:
         if kind not in (COMMIT, ROLLBACK):
             return None  # UNKNOWN: wait for a check, answer nothing (as RocketMQ does)
         state_offset = cmd.field("tranStateTableOffset")
+        try:
+            half_offset = int(state_offset) if state_offset not in (None, "") else None
+        except ValueError:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark=f"tranStateTableOffset is not an integer: "
+                                       f"{str(state_offset)[:40]!r}")
         error = await self.resolve(cmd.int_field("commitLogOffset"), kind == COMMIT,
-                                   cmd.field("producerGroup") or "",
-                                   int(state_offset) if state_offset not in (None, "") else None)
+                                   cmd.field("producerGroup") or "", half_offset)
         if error is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=error)
         return cmd.response(ResponseCode.SUCCESS)

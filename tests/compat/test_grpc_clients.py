@@ -6,6 +6,7 @@ the C++ client over remoting."""
 
 from __future__ import annotations
 
+import pathlib
 import time
 
 import pytest
@@ -154,11 +155,13 @@ def test_fifo_order_within_message_groups_with_two_consumers(client, server):
     assert all(m["delivery_attempt"] == 1 for m in mine)
 
 
-def test_python_push_consumer(server):
-    sent = run_official(["send", *common(server, "Normal", 5, "python"), "--tag", "push"])
+@pytest.mark.parametrize("client", sorted(RUNNERS))
+def test_push_consumer(client, server):
+    run = RUNNERS[client]
+    sent = run(["send", *common(server, "Normal", 5, client), "--tag", "push"])
     assert sent["errors"] == []
-    got = run_official(["push", *common(server, "Normal", 5, "python"), "--group", "G-push",
-                        "--tag-expr", "push", "--fail-times", "1", "--timeout", "60"])
+    got = run(["push", *common(server, "Normal", 5, client), "--group", f"G-push-{client}",
+               "--tag-expr", "push", "--fail-times", "1", "--timeout", "60"])
     assert got["count"] == 5 and got["distinct"] == 5
     # Each failed once and came back with the next attempt.
     attempts = sorted((m["message_id"], m["delivery_attempt"], m["result"])
@@ -244,5 +247,42 @@ def test_both_protocols_on_one_topic_with_the_cpp_client(client, tmp_path):
         for _, body, tags, keys, region in rows:
             i = body.rsplit("-", 1)[1]
             assert tags == "py" and keys == f"py-key-{i}" and region == f"r{i}"
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_readme_examples_run(tmp_path):
+    """The README's 5.x examples, as written, in each client's own runtime."""
+    import os
+    import re
+    import subprocess
+
+    from .grpc_clients import NODE, client_env, node_client, official_python
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    python_block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                        if "from rocketmq import" in b)
+    js_block = next(b for b in re.findall(r"```js\n(.*?)```", readme, re.S)
+                    if "rocketmq-client-nodejs" in b)
+    server = Standalone(tmp_path / "data", grpc=True)
+    try:
+        admin(server, "topic", "create", "Orders5", "--message-type", "NORMAL")
+        endpoint = repr(server.endpoint)
+        env = client_env(tmp_path / "home")
+        py = subprocess.run([official_python(), "-c",
+                             python_block.replace('"127.0.0.1:8081"', endpoint)],
+                            capture_output=True, text=True, timeout=60, env=env)
+        assert py.returncode == 0, py.stderr[-3000:]
+        lines = py.stdout.splitlines()
+        assert lines[0].startswith("sent ") and lines[1] == "got b'paid' 1", lines
+        script = tmp_path / "example.js"
+        script.write_text(js_block.replace("'127.0.0.1:8081'", endpoint))
+        js = subprocess.run([NODE, str(script)], capture_output=True, text=True, timeout=60,
+                            env={**env, "NODE_PATH": str(node_client() / "node_modules")},
+                            cwd=tmp_path)
+        assert js.returncode == 0, js.stderr[-3000:]
+        lines = js.stdout.splitlines()
+        assert lines[0].startswith("sent ") and "got paid 1" in lines, lines
+        assert os.path.exists(tmp_path / "example.js")
     finally:
         assert server.stop() == 0
