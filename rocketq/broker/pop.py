@@ -517,11 +517,12 @@ class PopService:
                 invisible_ms, pop_time, retry))
         return handles
 
+    def _record(self, data: dict[str, Any]) -> StoreMessage:
+        return StoreMessage.create(self.revive_topic, orjson.dumps(data), 0, tags=data["t"])
+
     async def _write(self, data: dict[str, Any]) -> int:
         """Append a checkpoint or ack record to the revive topic; its queue offset."""
-        message = StoreMessage.create(self.revive_topic, orjson.dumps(data), 0,
-                                      tags=data["t"])
-        results = await self.put([message])
+        results = await self.put([self._record(data)])
         return results[0].queue_offset
 
     def _track(self, ck: CheckPoint) -> None:
@@ -570,7 +571,14 @@ class PopService:
             if handle.queue_offset not in ck.acked:
                 by_ck.setdefault(id(ck), (ck, []))[1].append(handle.queue_offset)
         if by_ck:
-            await self._ack_soon(list(by_ck.values()))
+            acks = list(by_ck.values())
+            store = self.store
+            if store.config.answers_when_safe:
+                await self._ack_soon(acks)
+            else:
+                # Answered once appended: written now, and the call never waits.
+                store.put_messages([self._record(self._acks_record([(acks, None)]))])
+                self._acked([(acks, None)])
         return errors
 
     def _ack_soon(self, acks: list[tuple[CheckPoint, list[int]]]) -> asyncio.Future[None]:
@@ -586,17 +594,23 @@ class PopService:
 
     def _flush_acks(self) -> None:
         pending, self._pending_acks = self._pending_acks, []
-        if pending:
-            task = asyncio.ensure_future(self._write_acks(pending))
-            self._flushing.add(task)
-            task.add_done_callback(self._flushing.discard)
+        if not pending:
+            return
+        task = asyncio.ensure_future(self._write_acks(pending))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    @staticmethod
+    def _acks_record(pending: list[tuple[list[tuple[CheckPoint, list[int]]],
+                                         asyncio.Future[None] | None]]) -> dict[str, Any]:
+        return {"t": "acks", "l": [[ck.group, ck.topic, ck.queue_id, ck.offsets[0],
+                                    ck.pop_time, offsets]
+                                   for acks, _ in pending for ck, offsets in acks]}
 
     async def _write_acks(self, pending: list[tuple[list[tuple[CheckPoint, list[int]]],
                                                     asyncio.Future[None]]]) -> None:
-        entries = [[ck.group, ck.topic, ck.queue_id, ck.offsets[0], ck.pop_time, offsets]
-                   for acks, _ in pending for ck, offsets in acks]
         try:
-            await self._write({"t": "acks", "l": entries})
+            await self._write(self._acks_record(pending))
         except BaseException as exc:
             for _, fut in pending:
                 if not fut.done():
@@ -604,11 +618,15 @@ class PopService:
             if isinstance(exc, Exception):
                 return
             raise
+        self._acked(pending)
+
+    def _acked(self, pending: list[tuple[list[tuple[CheckPoint, list[int]]],
+                                         asyncio.Future[None] | None]]) -> None:
         for acks, fut in pending:
             for ck, offsets in acks:
                 self._mark(ck, offsets)
                 self.counts["acked"] += len(offsets)
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_result(None)
 
     def _mark(self, ck: CheckPoint, offsets: list[int], consumed: bool = True) -> None:

@@ -487,8 +487,18 @@ class SendProcessor:
         message = StoreMessage(stored_topic, body, stored_queue, properties=raw_props,
                                flag=flag, sysflag=sysflag, born_timestamp=born_timestamp,
                                born_host=born_host, born_port=born_port)
+        store = self.store
+        if not store.config.answers_when_safe:
+            # Answered once appended: appended now, and the call never waits (a gRPC call
+            # that does stays in grpc's set of calls in flight, which it walks per call).
+            try:
+                result = store.put_messages((message,))[0]
+            except Exception as exc:
+                raise self.refusal(exc) from None
+            self.stats.put(1, topic)
+            return message, result
         # Appended with the other messages of this turn of the event loop (the gRPC sends
-        # of many clients, each its own call): one CommitLog append, one dispatch.
+        # of many clients, each its own call): one CommitLog append, one wait.
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PutResult] = loop.create_future()
         if not self._one_by_one:

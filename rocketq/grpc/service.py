@@ -590,6 +590,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.EndTransactionResponse(status=status())
         except Refused as exc:
             return spb.EndTransactionResponse(status=exc.status)
+        except Exception as exc:
+            return spb.EndTransactionResponse(
+                status=_fault("EndTransaction", exc))
 
     def _half_offset(self, transaction_id: str) -> int | None:
         """The CommitLog offset of a half message from its id (the index keeps UNIQ_KEY),
@@ -678,6 +681,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                            f"the SQL filter is bad: {exc}"))
             yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
             return
+        except Exception as exc:
+            yield spb.ReceiveMessageResponse(status=_fault("ReceiveMessage", exc))
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
+            return
         if not result.messages:
             yield spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND,
                                                            "no new message"))
@@ -720,6 +727,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except PopError as exc:
             return spb.AckMessageResponse(status=status(POP_CODES.get(exc.kind, pb.BAD_REQUEST),
                                                         str(exc)))
+        except Exception as exc:
+            return spb.AckMessageResponse(
+                status=_fault("AckMessage", exc))
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
@@ -743,6 +753,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except PopError as exc:
             return spb.ChangeInvisibleDurationResponse(status=status(
                 POP_CODES.get(exc.kind, pb.BAD_REQUEST), str(exc)))
+        except Exception as exc:
+            return spb.ChangeInvisibleDurationResponse(
+                status=_fault("ChangeInvisibleDuration", exc))
 
     async def ForwardMessageToDeadLetterQueue(
             self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
@@ -779,6 +792,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except PopError as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status(
                 POP_CODES.get(exc.kind, pb.BAD_REQUEST), str(exc)))
+        except Exception as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=_fault("ForwardMessageToDeadLetterQueue", exc))
 
     # ------------------------------------------------------------------ offsets
     def _queue(self, queue: pb.MessageQueue) -> tuple[str, int]:
@@ -899,6 +915,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 _PUT_STATUS = {"FLUSH_DISK_TIMEOUT": pb.MASTER_PERSISTENCE_TIMEOUT,
                "FLUSH_SLAVE_TIMEOUT": pb.SLAVE_PERSISTENCE_TIMEOUT,
                "SLAVE_NOT_AVAILABLE": pb.HA_NOT_AVAILABLE}
+
+
+def _fault(what: str, exc: Exception) -> pb.Status:
+    """A failure that is not the request's fault (a full disk, a broker that stops)."""
+    from ..broker.send import store_refusal
+
+    try:
+        refused = store_refusal(exc)
+    except Exception:
+        log.exception("gRPC %s failed", what)
+        return status(pb.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+    return status(REMOTING_CODES.get(refused.code, pb.INTERNAL_SERVER_ERROR), str(refused))
 
 
 def _now_ms() -> int:
