@@ -8,6 +8,13 @@ beside its remoting port so that the official 5.x clients work against it unchan
 - ``proto``: the generated protobuf and gRPC modules.
 """
 
-from .server import GrpcServer
+import os
+
+# gRPC's C core writes its own log lines to stderr (a port it cannot bind, before our error
+# says the same in one line); the broker's log says what matters. GRPC_VERBOSITY set by the
+# user wins.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+from .server import GrpcServer  # noqa: E402
 
 __all__ = ["GrpcServer"]

@@ -231,6 +231,19 @@ def test_a_busy_port_is_named_with_the_server_that_wanted_it(tmp_path):
             assert one_line(done.stderr) == (
                 f"rocketq {args[0]}: the {role} cannot listen on 127.0.0.1:{port}: address "
                 "already in use (is another one running?)")
+        # The gRPC port of the 5.x clients is named as such, and the broker that wanted it
+        # does not stay half-started.
+        for args in (["standalone", "--namesrv-port", "0", "--broker-port", "0",
+                      "--grpc-port", port, "--data-dir", str(tmp_path / "g"), "-c", str(conf)],
+                     ["broker", "--broker-port", "0", "--grpc-port", port, "--data-dir",
+                      str(tmp_path / "h"), "--namesrv", dead_address(), "-c", str(conf)]):
+            # (ERROR: the broker registers before it opens its gRPC port, and the dead
+            # NameServer's warning is not what this test reads.)
+            done = rocketq("--log-level", "ERROR", *args)
+            assert done.returncode == 1, (args, done.stderr)
+            assert one_line(done.stderr) == (
+                f"rocketq {args[0]}: the broker cannot listen on 127.0.0.1:{port} (the gRPC "
+                "port, grpcServerPort): address already in use (is another one running?)")
 
 
 # ---------------------------------------------------------------- 9. help texts
