@@ -73,15 +73,35 @@ def needed_perms(cmd: RemotingCommand) -> Iterator[tuple[str, bool, int]]:
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         if ext.get("consumerGroup"):
             yield ext["consumerGroup"], True, SUB
-    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
+    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET,
+                  RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
+                  RequestCode.CHANGE_MESSAGE_INVISIBLETIME):
         yield ext.get("consumerGroup", ""), True, SUB
         yield _resource(ext.get("topic", ""), SUB)
+    elif code == RequestCode.BATCH_ACK_MESSAGE:
+        for ack in _batch_acks(cmd.body):
+            yield str(ack.get("c", "")), True, SUB
+            yield _resource(str(ack.get("t", "")), SUB)
 
 
 def _resource(topic: str, perm: int) -> tuple[str, bool, int]:
     if is_retry_topic(topic):
         return topic[len(RETRY_GROUP_TOPIC_PREFIX):], True, perm
     return topic, False, perm
+
+
+def _batch_acks(body: bytes) -> list[dict[str, Any]]:
+    """The entries of a BATCH_ACK_MESSAGE body (``{"acks": [{"c": group, "t": topic, ...}]}``);
+    none when it is not that (the broker's handler refuses it with the reason)."""
+    try:
+        data = orjson.loads(body or b"")
+    except orjson.JSONDecodeError:
+        try:
+            data = fastjson.loads(body or b"")  # as the broker's handler reads it
+        except ValueError:
+            return []
+    acks = data.get("acks") if isinstance(data, dict) else None
+    return [a for a in acks or () if isinstance(a, dict)]
 
 
 def _heartbeat_consumers(body: bytes) -> list[dict[str, Any]]:

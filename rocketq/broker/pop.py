@@ -154,6 +154,10 @@ class CheckPoint:
     acked: set[int] = field(default_factory=set)
     log_offset: int = -1  # where its record is in the revive topic
     done: bool = False
+    #: Offsets whose ack (or move) is being written: not revived meanwhile.
+    pending: set[int] = field(default_factory=set)
+    #: Offsets moved to another checkpoint by a change of invisible time.
+    moved: set[int] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str, int, int, int]:
@@ -217,6 +221,10 @@ class FifoState:
     acked: set[int] = field(default_factory=set)
     #: Offsets of the batch whose invisible time ended unacked, while others are still out.
     expired: set[int] = field(default_factory=set)
+    #: Where in the revive topic a replay must start to know this state (the oldest record
+    #: of the batch out, or the record of its last revival), or -1 when a live checkpoint
+    #: holds it all.
+    pin: int = -1
 
     @property
     def busy(self) -> bool:
@@ -253,6 +261,12 @@ class PopService:
         self._pending_acks: list[tuple[list[tuple[CheckPoint, list[int]]],
                                        asyncio.Future[None]]] = []
         self._flushing: set[asyncio.Future[None]] = set()
+        #: Revive-topic writes under way: the replay start may not pass them.
+        self._writing = 0
+        self._last_revive_commit = 0.0
+        #: FIFO queues to open again at the next revive round (an expiry left their batch
+        #: back, or opening them failed).
+        self._stuck: dict[tuple[str, str, int], CheckPoint] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._task: asyncio.Task[None] | None = None
@@ -341,6 +355,8 @@ class PopService:
                         self.checkpoints.pop(old.key, None)
                     state.out, state.expired = [], set()
                     state.attempt = ck.attempt
+                    state.acked = {int(o) for o in data.get("ak", ())}
+                    state.pin = -1
                 self._track(ck)
                 state.out.append(ck)
             else:
@@ -355,11 +371,20 @@ class PopService:
             ck = self.checkpoints.get((data["g"], data["tp"], int(data["q"]),
                                        int(data["so"]), int(data["pt"])))
             if ck is not None:
-                self._mark(ck, [int(o) for o in data["o"]], consumed=not data.get("moved"))
+                offsets = [int(o) for o in data["o"]]
+                if data.get("moved"):
+                    ck.moved.update(offsets)
+                self._mark(ck, offsets, consumed=not data.get("moved"))
         elif data["t"] == "fifo":  # a FIFO batch revived: where it starts again, and when
             state = self.fifo.setdefault((data["g"], data["tp"], int(data["q"])), FifoState())
+            for old in state.out:  # revived with it: out no longer
+                old.done = True
+                self.checkpoints.pop(old.key, None)
+            state.acked = {int(o) for o in data.get("ak", ())}
             self._reopen(state, data["g"], data["tp"], int(data["q"]), int(data["from"]),
                          int(data["a"]))
+            if state.acked or state.attempt > 1:
+                state.pin = log_offset
 
     # ------------------------------------------------------------------ pop
     async def pop(self, group: str, topic: str, queue_id: int, max_nums: int,
@@ -485,16 +510,20 @@ class PopService:
             records = [r for r in records if sub.matches_tags(r.tags)
                        and r.queue_offset not in acked_before]
             if not records:
-                self._cursor[qkey] = next_offset
+                if not fifo:
+                    self._cursor[qkey] = next_offset
                 self.offsets.commit(group, topic, queue_id, next_offset)
                 return []
             attempt = state.attempt if state is not None else 1
             ck = CheckPoint(group, topic, origin, queue_id, [r.queue_offset for r in records],
                             pop_time, invisible_ms, next_offset, fifo, attempt)
+            record = ck.record()
+            if state is not None and state.acked:
+                record["ak"] = sorted(state.acked)
             if not fifo:
                 self._cursor[qkey] = next_offset
             try:
-                ck.log_offset = await self._write(ck.record())
+                ck.log_offset = await self._write(record)
             except BaseException:
                 if not fifo:
                     self._cursor.pop(qkey, None)  # read them again: they were not handed out
@@ -502,6 +531,7 @@ class PopService:
             self._track(ck)
             if state is not None:
                 state.out.append(ck)
+                state.pin = -1  # this batch's checkpoint holds the queue's state now
             else:
                 self.offsets.commit(group, topic, queue_id, next_offset)
                 if self._cursor.get(qkey) == next_offset:
@@ -522,7 +552,11 @@ class PopService:
 
     async def _write(self, data: dict[str, Any]) -> int:
         """Append a checkpoint or ack record to the revive topic; its queue offset."""
-        results = await self.put([self._record(data)])
+        self._writing += 1
+        try:
+            results = await self.put([self._record(data)])
+        finally:
+            self._writing -= 1
         return results[0].queue_offset
 
     def _track(self, ck: CheckPoint) -> None:
@@ -558,12 +592,16 @@ class PopService:
                        ) -> list[PopError | None]:
         """Ack several messages at once (one record per checkpoint); what went wrong with
         each, or None."""
+        self._serving()
         errors: list[PopError | None] = []
         by_ck: dict[int, tuple[CheckPoint, list[int]]] = {}
         for text in handles:
             try:
                 handle = ReceiptHandle.decode(text)
                 ck = self._find(group, topic, handle)
+                if handle.queue_offset in ck.moved:
+                    raise PopError("handle", "this receipt handle was replaced by a change "
+                                   "of the message's invisible time: ack with the new one")
             except PopError as exc:
                 errors.append(exc)
                 continue
@@ -574,7 +612,14 @@ class PopService:
             acks = list(by_ck.values())
             store = self.store
             if store.config.answers_when_safe:
-                await self._ack_soon(acks)
+                # Written once flushed or replicated: not revived meanwhile.
+                for ck, offsets in acks:
+                    ck.pending.update(offsets)
+                try:
+                    await self._ack_soon(acks)
+                finally:
+                    for ck, offsets in acks:
+                        ck.pending.difference_update(offsets)
             else:
                 # Answered once appended: written now, and the call never waits.
                 store.put_messages([self._record(self._acks_record([(acks, None)]))])
@@ -629,6 +674,32 @@ class PopService:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
+    async def dead_letter(self, group: str, topic: str, handle: str,
+                          delivery_attempt: int = 0) -> None:
+        """Move a popped message to the group's dead-letter topic now (the 5.x push
+        consumer's ForwardMessageToDeadLetterQueue when its attempts are spent): stored
+        there first, then acked, so that a failure loses nothing."""
+        self._serving()
+        parsed = ReceiptHandle.decode(handle)
+        ck = self._find(group, topic, parsed)
+        record = self._read(ck.topic, ck.queue_id, parsed.queue_offset)
+        if record is None:
+            raise PopError("handle", "the message of this receipt handle is no longer stored")
+        props = dict(record.properties)
+        props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
+        props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, record.msg_id)
+        dlq = dead_letter_topic(self.topics, group, self.topics_changed)
+        await self.put([StoreMessage.from_record(
+            record, dlq, 0, encode_properties(props),
+            reconsume_times=max(record.reconsume_times, delivery_attempt - 1))])
+        self.counts["dead"] += 1
+        await self.ack(group, topic, handle)
+
+    def _serving(self) -> None:
+        if not self.running:
+            raise PopError("permission", f"broker {self.config.brokerName} does not serve POP "
+                           "now (it is a slave, or it is starting: try again)")
+
     def _mark(self, ck: CheckPoint, offsets: list[int], consumed: bool = True) -> None:
         """``offsets`` of ``ck`` are acked (``consumed``), or moved to another checkpoint."""
         ck.acked.update(offsets)
@@ -649,14 +720,15 @@ class PopService:
             if ck in state.out:
                 state.out.remove(ck)
             if not state.out:
-                # The whole batch is back: from its first message not acked, with the next
-                # attempt, or on after it.
                 if state.expired:
-                    self._reopen(state, ck.group, ck.topic, ck.queue_id, min(state.expired),
-                                 state.attempt + 1)
+                    # Part of the batch ran out of time: reopened from its first message
+                    # not acked, with the next attempt, by the revive loop (it writes).
+                    self._stuck[(ck.group, ck.topic, ck.queue_id)] = ck
                 else:
+                    # The whole batch is acked: on after it.
                     self._reopen(state, ck.group, ck.topic, ck.queue_id, ck.next_offset, 1)
-                self._notify(ck.origin)
+                    state.pin = -1
+                    self._notify(ck.origin)
 
     def _reopen(self, state: FifoState, group: str, topic: str, queue_id: int, start: int,
                 attempt: int) -> None:
@@ -673,23 +745,36 @@ class PopService:
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             raise PopError("argument", f"invisible time {invisible_ms} ms is out of range: it "
                            f"must be within 0..{MAX_INVISIBLE_MS} ms")
+        self._serving()
         old = ReceiptHandle.decode(handle)
         ck = self._find(group, topic, old)
-        if old.queue_offset in ck.acked:
-            raise PopError("handle", "the message of this receipt handle was acked already")
+        offset = old.queue_offset
+        if offset in ck.acked or offset in ck.moved or offset in ck.pending:
+            raise PopError("handle", "the message of this receipt handle was acked or its "
+                           "invisible time changed already")
         now = int(time.time() * 1000)
         if now <= ck.pop_time:
             now = ck.pop_time + 1  # another checkpoint than the one it leaves
-        new = CheckPoint(group, ck.topic, ck.origin, ck.queue_id, [old.queue_offset], now,
+        new = CheckPoint(group, ck.topic, ck.origin, ck.queue_id, [offset], now,
                          invisible_ms, ck.next_offset, ck.fifo, ck.attempt)
-        new.log_offset = await self._write({**new.record(), "split": True})
-        self._track(new)
-        if ck.fifo:
-            self._fifo_state(ck).out.append(new)
-        await self._write({"t": "ack", "g": ck.group, "tp": ck.topic, "q": ck.queue_id,
-                           "so": ck.offsets[0], "pt": ck.pop_time, "o": [old.queue_offset],
-                           "moved": True})
-        self._mark(ck, [old.queue_offset], consumed=False)
+        state = self._fifo_state(ck) if ck.fifo else None
+        ck.pending.add(offset)  # not revived from the old checkpoint while this is written
+        if state is not None:
+            state.out.append(new)  # the batch stays out meanwhile
+        try:
+            new.log_offset = await self._write({**new.record(), "split": True})
+            self._track(new)
+            await self._write({"t": "ack", "g": ck.group, "tp": ck.topic,
+                               "q": ck.queue_id, "so": ck.offsets[0], "pt": ck.pop_time,
+                               "o": [offset], "moved": True})
+        except BaseException:
+            if new.log_offset < 0 and state is not None and new in state.out:
+                state.out.remove(new)
+            raise
+        finally:
+            ck.pending.discard(offset)
+        ck.moved.add(offset)
+        self._mark(ck, [offset], consumed=False)
         return ReceiptHandle(old.queue_offset, now, invisible_ms, 0, old.topic_type,
                              old.broker, old.queue_id, old.queue_offset,
                              old.commitlog_offset).encode()
@@ -711,15 +796,30 @@ class PopService:
         (to the retry topic, to the DLQ, or FIFO batches opened again)."""
         now = int(time.time() * 1000) if now is None else now
         revived = 0
+        for qkey, ck in list(self._stuck.items()):  # FIFO queues whose reopening failed
+            del self._stuck[qkey]
+            revived += await self._reopen_after_expiry(self.fifo[qkey], ck)
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, ck = heapq.heappop(self._deadlines)
             if ck.done or self.checkpoints.get(ck.key) is not ck:
                 continue
-            if ck.fifo:
-                revived += await self._revive_fifo(ck)
-            else:
-                revived += await self._revive(ck)
-        self._commit_revive_offset()
+            if ck.pending:
+                # An ack of it is being written: look again shortly.
+                heapq.heappush(self._deadlines, (now + 200, next(self._seq), ck))
+                continue
+            try:
+                revived += await (self._revive_fifo(ck) if ck.fifo else self._revive(ck))
+            except Exception as exc:
+                # Nothing is lost: the checkpoint stays out and is tried again (a full
+                # disk, a slave gone under SYNC_MASTER), as RocketMQ re-puts a checkpoint.
+                log.warning("POP: reviving %d message(s) of %s:%d for group %s failed, "
+                            "retrying in 5 s: %s", len(ck.open), ck.topic, ck.queue_id,
+                            ck.group, exc)
+                heapq.heappush(self._deadlines, (now + 5000, next(self._seq), ck))
+                break
+        if time.monotonic() - self._last_revive_commit >= 1.0:
+            self._last_revive_commit = time.monotonic()
+            self._commit_revive_offset()
         return revived
 
     async def _revive(self, ck: CheckPoint) -> int:
@@ -736,7 +836,7 @@ class PopService:
             times = record.reconsume_times + 1
             props = dict(record.properties)
             props.setdefault(Property.RETRY_TOPIC, ck.origin)
-            props.setdefault("POP_CK_FIRST_POP", str(ck.pop_time))
+            props.setdefault("1ST_POP_TIME", str(ck.pop_time))
             if times > max_times:
                 topic = dead_letter_topic(self.topics, ck.group, self.topics_changed)
                 props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
@@ -769,35 +869,52 @@ class PopService:
         if ck in state.out:
             state.out.remove(ck)
         state.expired.update(todo)
+        # Its record holds the batch's state until the queue is opened again.
+        state.pin = ck.log_offset if state.pin < 0 else min(state.pin, ck.log_offset)
         if state.out:
             return 0  # the rest of the batch is still out: wait for it
+        return await self._reopen_after_expiry(state, ck)
+
+    async def _reopen_after_expiry(self, state: FifoState, ck: CheckPoint) -> int:
+        """Open a FIFO queue again after its batch's time ran out; its state changes only
+        once what that takes is written (a failure leaves it to the next round)."""
         group_config = self.subscription_groups.find_or_create(ck.group)
         max_attempts = (group_config.retry_max_times if group_config is not None else 16) + 1
         first = min(state.expired)
         attempt = state.attempt + 1
-        if attempt > max_attempts:
-            record = self._read(ck.topic, ck.queue_id, first)
-            if record is not None:
-                props = dict(record.properties)
-                props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
-                props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, record.msg_id)
-                topic = dead_letter_topic(self.topics, ck.group, self.topics_changed)
-                await self.put([StoreMessage.from_record(
-                    record, topic, 0, encode_properties(props),
-                    reconsume_times=state.attempt)])
+        acked = set(state.acked)
+        try:
+            if attempt > max_attempts:
+                record = self._read(ck.topic, ck.queue_id, first)
+                if record is not None:
+                    props = dict(record.properties)
+                    props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
+                    props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, record.msg_id)
+                    topic = dead_letter_topic(self.topics, ck.group, self.topics_changed)
+                    await self.put([StoreMessage.from_record(
+                        record, topic, 0, encode_properties(props),
+                        reconsume_times=state.attempt)])
+                acked.add(first)
+                attempt = 1
+                later = [o for o in state.expired if o > first]
+                start = min(later) if later else ck.next_offset
+            else:
+                start = first
+            acked = {o for o in acked if o >= start}
+            pin = await self._write({"t": "fifo", "g": ck.group, "tp": ck.topic,
+                                     "q": ck.queue_id, "a": attempt, "from": start,
+                                     "ak": sorted(acked)})
+        except Exception:
+            self._stuck[(ck.group, ck.topic, ck.queue_id)] = ck
+            raise
+        if attempt == 1 and state.attempt + 1 > max_attempts:
             self.counts["dead"] += 1
-            state.acked.add(first)
-            state.expired.discard(first)
-            attempt = 1
-            later = [o for o in state.expired if o > first]
-            start = min(later) if later else ck.next_offset
-        else:
-            start = first
-        await self._write({"t": "fifo", "g": ck.group, "tp": ck.topic, "q": ck.queue_id,
-                           "a": attempt, "from": start})
+        state.acked = acked
+        count = len(state.expired)
         self._reopen(state, ck.group, ck.topic, ck.queue_id, start, attempt)
+        state.pin = pin if (state.acked or attempt > 1) else -1
         self._notify(ck.origin)
-        return len(todo)
+        return count
 
     def _retry_topic(self, group: str, origin: str) -> str:
         retry = pop_retry_topic(group, origin)
@@ -817,8 +934,12 @@ class PopService:
             result.release()
 
     def _commit_revive_offset(self) -> None:
-        """Keep where a replay must start: the oldest checkpoint still out."""
+        """Keep where a replay must start: the oldest checkpoint still out, or FIFO state
+        record still needed; never past a record being written."""
+        if self._writing:
+            return
         live = [ck.log_offset for ck in self.checkpoints.values() if ck.log_offset >= 0]
+        live += [st.pin for st in self.fifo.values() if st.pin >= 0]
         if live:
             start = min(live)
         else:

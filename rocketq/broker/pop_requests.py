@@ -40,6 +40,8 @@ POP_CK = "POP_CK"
 ORDER_REVIVE_QUEUE = 999
 #: The longest long poll of a POP_MESSAGE, in ms.
 MAX_POLL_MS = 60_000
+#: The longest bit set a BATCH_ACK_MESSAGE entry may carry.
+MAX_BITSET_BYTES = 1024
 
 _CODES = {"handle": ResponseCode.NO_MESSAGE, "expired": ResponseCode.NO_MESSAGE,
           "argument": ResponseCode.INVALID_PARAMETER, "topic": ResponseCode.TOPIC_NOT_EXIST,
@@ -92,6 +94,8 @@ class PopRequests:
                                 remark=str(exc))
         except SqlError as exc:
             return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
+        except Exception as exc:  # the checkpoint could not be written (a full disk, ...)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"the pop failed: {exc}")
         header: dict[str, Any] = {"popTime": result.pop_time,
                                   "invisibleTime": result.invisible_ms,
                                   "reviveQid": ORDER_REVIVE_QUEUE if order else 0,
@@ -151,6 +155,8 @@ class PopRequests:
                                 remark=str(exc))
         except ValueError as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        except Exception as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"the ack failed: {exc}")
         return cmd.response()
 
     async def change_invisible_time(self, conn: Connection, cmd: RemotingCommand
@@ -197,6 +203,11 @@ class PopRequests:
             except (KeyError, TypeError, ValueError) as exc:
                 return cmd.response(ResponseCode.INVALID_PARAMETER,
                                     remark=f"a batch ack entry is malformed: {exc}")
+            if len(bits) > MAX_BITSET_BYTES:
+                return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                    remark=f"a batch ack's bit set is {len(bits)} bytes; a "
+                                           f"pop hands out offsets within "
+                                           f"{MAX_BITSET_BYTES * 8} of its first")
             handles = [ReceiptHandle(start, pop_time, invisible, 0, flag, broker, queue_id,
                                      start + i, -1).encode()
                        for i in range(len(bits) * 8) if bits[i // 8] >> (i % 8) & 1]

@@ -5,7 +5,6 @@ I/O: protobuf in, properties and records out, and back.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import zlib
 from collections.abc import Iterable
@@ -83,11 +82,7 @@ def to_properties(message: pb.Message, now_ms: int, max_body: int
     sp = message.system_properties
     body = bytes(message.body)
     if sp.body_encoding == pb.GZIP:
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ConversionError(pb.MESSAGE_CORRUPTED,
-                                  f"the body says GZIP but does not decompress: {exc}") from None
+        body = _inflate(body, max_body, zlib.MAX_WBITS | 16)
     if not body:
         raise ConversionError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
     if len(body) > max_body:
@@ -170,6 +165,22 @@ def to_properties(message: pb.Message, now_ms: int, max_body: int
     return props, body, sysflag, born
 
 
+def _inflate(body: bytes, limit: int, wbits: int) -> bytes:
+    """``body`` decompressed, refused once it passes ``limit`` bytes (never more is made:
+    a small compressed body may stand for gigabytes)."""
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ConversionError(pb.MESSAGE_CORRUPTED,
+                              f"the body does not decompress: {exc}") from None
+    if len(out) > limit:
+        raise ConversionError(pb.MESSAGE_BODY_TOO_LARGE,
+                              f"the body decompresses to more than {limit} bytes "
+                              "(maxMessageSize)")
+    return out
+
+
 def timestamp(ms: int) -> Timestamp:
     ts = Timestamp()
     ts.FromMilliseconds(ms)
@@ -184,7 +195,7 @@ def duration(ms: int) -> Duration:
 
 def to_message(record: MessageRecord, topic: str, namespace: str = "", *,
                receipt_handle: str | None = None, delivery_attempt: int | None = None,
-               invisible_ms: int | None = None) -> pb.Message:
+               invisible_ms: int | None = None, max_inflated: int = 64 << 20) -> pb.Message:
     """A stored record as a v2 Message (GrpcConverter.buildMessage): ``topic`` is the one
     the consumer asked for (a retry's record is in the group's retry topic)."""
     props = record.properties
@@ -192,10 +203,11 @@ def to_message(record: MessageRecord, topic: str, namespace: str = "", *,
     encoding = pb.IDENTITY
     if record.sysflag & SysFlag.COMPRESSED:
         # Stored zlib-compressed by a 4.x producer: handed over plain, which every v2
-        # client reads (GZIP would need recompressing).
+        # client reads (GZIP would need recompressing), up to the largest body a broker
+        # takes.
         try:
-            body = zlib.decompress(body)
-        except zlib.error:
+            body = _inflate(body, max_inflated, zlib.MAX_WBITS)
+        except ConversionError:
             encoding = pb.ENCODING_UNSPECIFIED
     sp = pb.SystemProperties(
         message_id=props.get(Property.UNIQ_KEY) or record.offset_msg_id,

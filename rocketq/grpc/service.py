@@ -28,9 +28,8 @@ import orjson
 
 from ..acl.check import AccessDenied
 from ..acl.plain import PUB, SUB
-from ..broker.pop import MAX_INVISIBLE_MS, PopError, ReceiptHandle
+from ..broker.pop import MAX_INVISIBLE_MS, PopError
 from ..broker.send import SendRefused
-from ..broker.send_back import dead_letter_topic
 from ..protocol import (
     TRANS_HALF_TOPIC,
     Perm,
@@ -149,11 +148,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                  "header: a client id is required")
         client = self.clients.get(client_id)
         if client is None:
+            if len(self.clients) >= 1024:
+                self._forget_silent()
             client = self.clients[client_id] = GrpcClient(
                 client_id, address=_peer_host(context), language=md.get("x-mq-language", ""),
                 version=md.get("x-mq-client-version", ""))
         client.last_seen = time.monotonic()
         return client
+
+    def _forget_silent(self) -> None:
+        """Forget clients without a telemetry stream that made no call for 2 minutes (the
+        broker's channelExpiredTimeout for 4.x clients)."""
+        horizon = time.monotonic() - 120
+        for client_id in [c.client_id for c in self.clients.values()
+                          if c.outbox is None and c.last_seen < horizon]:
+            del self.clients[client_id]
 
     def _check(self, context: grpc.aio.ServicerContext, md: dict[str, str],
                perms: list[tuple[str, bool, int]]) -> None:
@@ -248,6 +257,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=status(), message_queues=queues)
         except Refused as exc:
             return spb.QueryRouteResponse(status=exc.status)
+        except Exception as exc:
+            return spb.QueryRouteResponse(status=_fault("QueryRoute", exc))
 
     def _queues(self, topic: pb.Resource, broker_name: str, broker_id: int, address: str,
                 read: int, write: int, perm: int, types: tuple[int, ...]
@@ -362,6 +373,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.QueryAssignmentResponse(status=status(), assignments=assignments)
         except Refused as exc:
             return spb.QueryAssignmentResponse(status=exc.status)
+        except Exception as exc:
+            return spb.QueryAssignmentResponse(status=_fault("QueryAssignment", exc))
 
     # ------------------------------------------------------------------ clients
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any
@@ -383,6 +396,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.HeartbeatResponse(status=status())
         except Refused as exc:
             return spb.HeartbeatResponse(status=exc.status)
+        except Exception as exc:
+            return spb.HeartbeatResponse(status=_fault("Heartbeat", exc))
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Any) -> spb.NotifyClientTerminationResponse:
@@ -508,6 +523,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=overall, entries=entries)
         except Refused as exc:
             return spb.SendMessageResponse(status=exc.status)
+        except Exception as exc:
+            return spb.SendMessageResponse(status=_fault("SendMessage", exc))
 
     async def _send_one(self, message: pb.Message, topic_config: Any, context: Any
                         ) -> spb.SendResultEntry:
@@ -767,25 +784,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       (request.group.name, True, SUB)])
             self._topic(request.topic)
             self._group(request.group)
-            handle = ReceiptHandle.decode(request.receipt_handle)
-            if handle.commitlog_offset < 0:
-                raise Refused(pb.INVALID_RECEIPT_HANDLE, "commit log offset is empty")
-            record = self.broker.store.look_message_by_offset(handle.commitlog_offset)
-            if record is None:
-                raise Refused(pb.INVALID_RECEIPT_HANDLE,
-                              "the message of this receipt handle is no longer stored")
-            group = request.group.name
-            props = dict(record.properties)
-            props.setdefault(Property.DLQ_ORIGIN_TOPIC, request.topic.name)
-            props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, request.message_id or
-                             record.msg_id)
-            from ..store import StoreMessage
-            topic = dead_letter_topic(self.broker.topics, group, self.broker.topics_changed)
-            # Acked first: a handle that is not this group's, or has expired, moves nothing.
-            await self.broker.pop.ack(group, request.topic.name, request.receipt_handle)
-            await self.broker._put_messages([StoreMessage.from_record(
-                record, topic, 0, encode_properties(props),
-                reconsume_times=max(record.reconsume_times, request.delivery_attempt))])
+            await self.broker.pop.dead_letter(request.group.name, request.topic.name,
+                                              request.receipt_handle, request.delivery_attempt)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
         except Refused as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=exc.status)
@@ -819,6 +819,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.UpdateOffsetResponse(status=status())
         except Refused as exc:
             return spb.UpdateOffsetResponse(status=exc.status)
+        except Exception as exc:
+            return spb.UpdateOffsetResponse(status=_fault("UpdateOffset", exc))
 
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any
                         ) -> spb.GetOffsetResponse:
@@ -836,6 +838,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.GetOffsetResponse(status=status(), offset=offset)
         except Refused as exc:
             return spb.GetOffsetResponse(status=exc.status)
+        except Exception as exc:
+            return spb.GetOffsetResponse(status=_fault("GetOffset", exc))
 
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any
                           ) -> spb.QueryOffsetResponse:
@@ -859,6 +863,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.QueryOffsetResponse(status=status(), offset=offset)
         except Refused as exc:
             return spb.QueryOffsetResponse(status=exc.status)
+        except Exception as exc:
+            return spb.QueryOffsetResponse(status=_fault("QueryOffset", exc))
 
     async def PullMessage(self, request: spb.PullMessageRequest, context: Any
                           ) -> AsyncIterator[spb.PullMessageResponse]:
@@ -885,16 +891,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             request.long_polling_timeout.ToMilliseconds() / 1000 if
             request.HasField("long_polling_timeout") else 0, MAX_POLL_MS / 1000)
         offset = request.offset
-        while True:
-            result = store.get_messages(topic, queue_id, offset, batch, sub.codes)
-            try:
-                records = [r for r in result.decode() if sub.matches_tags(r.tags)]
-                next_offset = result.next_begin_offset
-            finally:
-                result.release()
-            if records or time.monotonic() >= deadline or next_offset != offset:
-                break
-            await asyncio.sleep(0.1)
+        try:
+            while True:
+                result = store.get_messages(topic, queue_id, offset, batch, sub.codes)
+                try:
+                    records = [r for r in result.decode() if sub.matches_tags(r.tags)]
+                    next_offset = result.next_begin_offset
+                finally:
+                    result.release()
+                if records or time.monotonic() >= deadline or next_offset != offset:
+                    break
+                await asyncio.sleep(0.1)
+        except Exception as exc:
+            yield spb.PullMessageResponse(status=_fault("PullMessage", exc))
+            return
         if records:
             yield spb.PullMessageResponse(status=status())
             for record in records:

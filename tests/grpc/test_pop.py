@@ -268,3 +268,66 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(grpc_broker):
         assert r.status.code == pb.OK
         await b.stop()
     run_async(go())
+
+
+def test_fifo_state_after_a_revival_survives_a_restart(grpc_broker):
+    """A FIFO batch acked out of order, its first message revived: after a restart the
+    queue resumes at that message with its attempt, and the acked ones never come back."""
+    async def go():
+        b = await grpc_broker.start()
+        await b.create_topic("FR", 1, message_type="FIFO")
+        set_group(b.broker, "FRG", consume_message_orderly=True)
+        c = b.client()
+        for i in range(3):
+            await c.call("SendMessage", spb.SendMessageRequest(messages=[
+                message("FR", b"m%d" % i, group="g", kind=pb.FIFO)]))
+        status, batch = await receive(c, "FRG", "FR", batch=3)
+        assert [m.body for m in batch] == [b"m0", b"m1", b"m2"]
+        for m in batch[1:]:
+            assert (await ack(c, "FRG", "FR", m)).code == pb.OK
+        await c.call("ChangeInvisibleDuration", spb.ChangeInvisibleDurationRequest(
+            group=resource("FRG"), topic=resource("FR"),
+            receipt_handle=batch[0].system_properties.receipt_handle,
+            invisible_duration=duration(0)))
+        # Revived: the queue opens again at m0, attempt 2 (a "fifo" record).
+        await asyncio.sleep(0.5)
+        state = b.broker.pop.fifo[("FRG", "FR", 0)]
+        assert not state.busy and state.attempt == 2
+        await b.server.stop()
+        await b.broker.stop()
+        b.cluster.brokers.remove(b.broker)
+        b.broker = await b.cluster.start_broker()  # the same store
+        from rocketq.grpc import GrpcServer
+        b.server = GrpcServer(b.broker, "127.0.0.1", 0)
+        await b.server.start()
+        c = b.client()
+        status, again = await receive(c, "FRG", "FR", batch=3, poll_ms=2000)
+        assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"m0", 2)]
+        assert (await ack(c, "FRG", "FR", again[0])).code == pb.OK
+        await c.call("SendMessage", spb.SendMessageRequest(messages=[
+            message("FR", b"m3", group="g", kind=pb.FIFO)]))
+        status, after = await receive(c, "FRG", "FR", batch=3, poll_ms=2000)
+        assert [(m.body, m.system_properties.delivery_attempt) for m in after] == [(b"m3", 1)]
+        await b.stop()
+    run_async(go())
+
+
+def test_a_gzip_body_that_inflates_past_the_limit_is_refused(grpc_broker):
+    import gzip
+
+    async def go():
+        b = await grpc_broker.start()
+        await b.create_topic("Z", 1)
+        c = b.client()
+        bomb = message("Z", gzip.compress(b"\0" * (64 << 20)))
+        bomb.system_properties.body_encoding = pb.GZIP
+        r = await c.call("SendMessage", spb.SendMessageRequest(messages=[bomb]))
+        assert r.entries[0].status.code == pb.MESSAGE_BODY_TOO_LARGE
+        ok = message("Z", gzip.compress(b"small"))
+        ok.system_properties.body_encoding = pb.GZIP
+        r = await c.call("SendMessage", spb.SendMessageRequest(messages=[ok]))
+        assert r.entries[0].status.code == pb.OK
+        status, ms = await receive(c, "ZG", "Z")
+        assert [m.body for m in ms] == [b"small"]
+        await b.stop()
+    run_async(go())
