@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-dev
 BASE := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_ccodec.pxd
 
-.PHONY: run test test-deps lint bench bench-deps compare example clean
+.PHONY: run test test-deps lint bench bench-deps compare example clean grpc-proto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,20 @@ compare: $(STAMP)
 
 example: $(STAMP)
 	$(BIN)/python -m examples.clickstream
+
+# The generated protobuf and gRPC modules of rocketq/grpc/proto, made again from the .proto
+# files beside them (apache/rocketmq-apis); their imports point inside the package.
+PROTO := rocketq/grpc/proto
+grpc-proto: | $(BIN)/python
+	$(BIN)/pip install --quiet grpcio-tools
+	$(BIN)/python -m grpc_tools.protoc -I$(PROTO) --python_out=$(PROTO) --pyi_out=$(PROTO) \
+		--grpc_python_out=$(PROTO) $(PROTO)/apache/rocketmq/v2/definition.proto \
+		$(PROTO)/apache/rocketmq/v2/service.proto
+	for f in $(PROTO)/apache/rocketmq/v2/*_pb2*.py*; do \
+		sed 's/^from apache\.rocketmq\.v2 import /from . import /' $$f > $(PROTO)/$$(basename $$f); \
+		rm $$f; \
+	done
+	rm -f $(PROTO)/definition_pb2_grpc.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info rocketq/protocol/_ccodec*.so
