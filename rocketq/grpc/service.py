@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import itertools
@@ -82,6 +83,25 @@ POP_CODES = {"handle": pb.INVALID_RECEIPT_HANDLE, "expired": pb.INVALID_RECEIPT_
              "group": pb.CONSUMER_GROUP_NOT_FOUND, "permission": pb.FORBIDDEN}
 #: Transactions sent and not yet ended: transaction id -> (CommitLog offset, when).
 MAX_OPEN_TRANSACTIONS = 100_000
+
+
+def answers(response: Any, name: str) -> Any:
+    """A unary handler that answers every failure in its response's Status: a refusal with
+    its code, a POP error with its code, anything else as the proxy answers a fault."""
+    def wrap(handler: Any) -> Any:
+        @functools.wraps(handler)
+        async def serve(self: Any, request: Any, context: Any) -> Any:
+            try:
+                return await handler(self, request, context)
+            except Refused as exc:
+                return response(status=exc.status)
+            except PopError as exc:
+                return response(status=status(POP_CODES.get(exc.kind, pb.BAD_REQUEST),
+                                              str(exc)))
+            except Exception as exc:
+                return response(status=_fault(name, exc))
+        return serve
+    return wrap
 
 
 def status(code: int = pb.OK, message: str = "OK") -> pb.Status:
@@ -155,6 +175,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 version=md.get("x-mq-client-version", ""))
         client.last_seen = time.monotonic()
         return client
+
+    def _enter(self, context: Any, perms: list[tuple[str, bool, int]]) -> dict[str, str]:
+        """What every call does first: know its client (CLIENT_ID_REQUIRED without one) and
+        check it against the ACL for ``perms``. Returns its metadata."""
+        md = self._metadata(context)
+        self._client(context, md)
+        self._check(context, md, perms)
+        return md
 
     def _forget_silent(self) -> None:
         """Forget clients without a telemetry stream that made no call for 2 minutes (the
@@ -242,23 +270,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return ACCEPTED_TYPES.get(kind, (pb.NORMAL,))
 
     # ------------------------------------------------------------------ routes
+    @answers(spb.QueryRouteResponse, "QueryRoute")
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any
                          ) -> spb.QueryRouteResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.topic.name, False, SUB)])
-            topic_config = self._topic(request.topic)
-            queues = []
-            for name, broker_id, address, read, write, perm in await self._route(
-                    request.topic.name, topic_config):
-                queues.extend(self._queues(request.topic, name, broker_id, address, read,
-                                           write, perm, self.accepted_types(topic_config)))
-            return spb.QueryRouteResponse(status=status(), message_queues=queues)
-        except Refused as exc:
-            return spb.QueryRouteResponse(status=exc.status)
-        except Exception as exc:
-            return spb.QueryRouteResponse(status=_fault("QueryRoute", exc))
+        self._enter(context, [(request.topic.name, False, SUB)])
+        topic_config = self._topic(request.topic)
+        queues = []
+        for name, broker_id, address, read, write, perm in await self._route(
+                request.topic.name, topic_config):
+            queues.extend(self._queues(request.topic, name, broker_id, address, read,
+                                       write, perm, self.accepted_types(topic_config)))
+        return spb.QueryRouteResponse(status=status(), message_queues=queues)
 
     def _queues(self, topic: pb.Resource, broker_name: str, broker_id: int, address: str,
                 read: int, write: int, perm: int, types: tuple[int, ...]
@@ -345,59 +367,48 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._grpc_addrs[broker_addr] = (address, time.monotonic())
         return address or None
 
+    @answers(spb.QueryAssignmentResponse, "QueryAssignment")
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any
                               ) -> spb.QueryAssignmentResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
-            topic_config = self._topic(request.topic)
-            group_config = self._group(request.group)
-            fifo = group_config.consume_message_orderly
-            assignments = []
-            for name, broker_id, address, read, _write, perm in await self._route(
-                    request.topic.name, topic_config):
-                if not perm & Perm.READ or read <= 0:
-                    continue
-                broker = pb.Broker(name=name, id=broker_id,
-                                   endpoints=self._endpoints(address))
-                # The whole broker: its queues are popped with queue id -1 (one queue each
-                # for a FIFO group, which then gets a queue's messages in order).
-                ids = range(read) if fifo else [-1]
-                for queue_id in ids:
-                    assignments.append(pb.Assignment(message_queue=pb.MessageQueue(
-                        topic=request.topic, id=queue_id, permission=pb.READ_WRITE,
-                        broker=broker, accept_message_types=list(
-                            self.accepted_types(topic_config)))))
-            return spb.QueryAssignmentResponse(status=status(), assignments=assignments)
-        except Refused as exc:
-            return spb.QueryAssignmentResponse(status=exc.status)
-        except Exception as exc:
-            return spb.QueryAssignmentResponse(status=_fault("QueryAssignment", exc))
+        self._enter(context, [(request.topic.name, False, SUB), (request.group.name, True, SUB)])
+        topic_config = self._topic(request.topic)
+        group_config = self._group(request.group)
+        fifo = group_config.consume_message_orderly
+        assignments = []
+        for name, broker_id, address, read, _write, perm in await self._route(
+                request.topic.name, topic_config):
+            if not perm & Perm.READ or read <= 0:
+                continue
+            broker = pb.Broker(name=name, id=broker_id,
+                               endpoints=self._endpoints(address))
+            # The whole broker: its queues are popped with queue id -1 (one queue each
+            # for a FIFO group, which then gets a queue's messages in order).
+            ids = range(read) if fifo else [-1]
+            for queue_id in ids:
+                assignments.append(pb.Assignment(message_queue=pb.MessageQueue(
+                    topic=request.topic, id=queue_id, permission=pb.READ_WRITE,
+                    broker=broker, accept_message_types=list(
+                        self.accepted_types(topic_config)))))
+        return spb.QueryAssignmentResponse(status=status(), assignments=assignments)
 
     # ------------------------------------------------------------------ clients
+    @answers(spb.HeartbeatResponse, "Heartbeat")
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any
                         ) -> spb.HeartbeatResponse:
-        try:
-            md = self._metadata(context)
-            client = self._client(context, md)
-            if request.HasField("group") and request.group.name:
-                self._check(context, md, [(request.group.name, True, SUB)])
-            if request.client_type != pb.CLIENT_TYPE_UNSPECIFIED:
-                client.client_type = request.client_type
-            if client.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
-                raise Refused(pb.UNRECOGNIZED_CLIENT_TYPE,
-                              "unknown client type: send the client's settings on the "
-                              "telemetry stream first")
-            if request.HasField("group") and request.group.name:
-                self._group(request.group)
-                client.group = request.group.name
-            return spb.HeartbeatResponse(status=status())
-        except Refused as exc:
-            return spb.HeartbeatResponse(status=exc.status)
-        except Exception as exc:
-            return spb.HeartbeatResponse(status=_fault("Heartbeat", exc))
+        md = self._metadata(context)
+        client = self._client(context, md)
+        if request.HasField("group") and request.group.name:
+            self._check(context, md, [(request.group.name, True, SUB)])
+        if request.client_type != pb.CLIENT_TYPE_UNSPECIFIED:
+            client.client_type = request.client_type
+        if client.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
+            raise Refused(pb.UNRECOGNIZED_CLIENT_TYPE,
+                          "unknown client type: send the client's settings on the "
+                          "telemetry stream first")
+        if request.HasField("group") and request.group.name:
+            self._group(request.group)
+            client.group = request.group.name
+        return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Any) -> spb.NotifyClientTerminationResponse:
@@ -501,30 +512,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return reply
 
     # ------------------------------------------------------------------ sending
+    @answers(spb.SendMessageResponse, "SendMessage")
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any
                           ) -> spb.SendMessageResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            if not request.messages:
-                raise Refused(pb.MESSAGE_CORRUPTED, "no message to send")
-            first = request.messages[0].topic
-            if any(m.topic.name != first.name or
-                   m.topic.resource_namespace != first.resource_namespace
-                   for m in request.messages):
-                raise Refused(pb.MESSAGE_CORRUPTED, "topic in message is not same")
-            self._check(context, md, [(first.name, False, PUB)])
-            topic_config = self._topic(first)
-            entries = [await self._send_one(m, topic_config, context)
-                       for m in request.messages]
-            codes = {e.status.code for e in entries}
-            overall = (entries[0].status if len(codes) == 1
-                       else status(pb.MULTIPLE_RESULTS, "the messages had different results"))
-            return spb.SendMessageResponse(status=overall, entries=entries)
-        except Refused as exc:
-            return spb.SendMessageResponse(status=exc.status)
-        except Exception as exc:
-            return spb.SendMessageResponse(status=_fault("SendMessage", exc))
+        md = self._metadata(context)
+        self._client(context, md)
+        if not request.messages:
+            raise Refused(pb.MESSAGE_CORRUPTED, "no message to send")
+        first = request.messages[0].topic
+        if any(m.topic.name != first.name or
+               m.topic.resource_namespace != first.resource_namespace
+               for m in request.messages):
+            raise Refused(pb.MESSAGE_CORRUPTED, "topic in message is not same")
+        self._check(context, md, [(first.name, False, PUB)])
+        topic_config = self._topic(first)
+        entries = [await self._send_one(m, topic_config, context)
+                   for m in request.messages]
+        codes = {e.status.code for e in entries}
+        overall = (entries[0].status if len(codes) == 1
+                   else status(pb.MULTIPLE_RESULTS, "the messages had different results"))
+        return spb.SendMessageResponse(status=overall, entries=entries)
 
     async def _send_one(self, message: pb.Message, topic_config: Any, context: Any
                         ) -> spb.SendResultEntry:
@@ -580,36 +587,29 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                    message_id=message_id, transaction_id=message_id,
                                    offset=result.queue_offset)
 
+    @answers(spb.EndTransactionResponse, "EndTransaction")
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any
                              ) -> spb.EndTransactionResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.topic.name, False, PUB)])
-            self._topic(request.topic)
-            if not request.transaction_id.strip():
-                raise Refused(pb.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
-            if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
-                # UNKNOWN: nothing to do; the broker checks back later.
-                return spb.EndTransactionResponse(status=status())
-            offset = self.transactions.get(request.transaction_id)
-            if offset is None:
-                offset = self._half_offset(request.transaction_id)
-            if offset is None:
-                raise Refused(pb.INVALID_TRANSACTION_ID,
-                              f"no open transaction {request.transaction_id} on topic "
-                              f"{request.topic.name} (ended already, or never sent here)")
-            error = await self.broker.transactions.resolve(
-                offset, request.resolution == pb.COMMIT, request.topic.name)
-            if error is not None:
-                raise Refused(pb.INVALID_TRANSACTION_ID, error)
-            self.transactions.pop(request.transaction_id, None)
+        self._enter(context, [(request.topic.name, False, PUB)])
+        self._topic(request.topic)
+        if not request.transaction_id.strip():
+            raise Refused(pb.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+        if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
+            # UNKNOWN: nothing to do; the broker checks back later.
             return spb.EndTransactionResponse(status=status())
-        except Refused as exc:
-            return spb.EndTransactionResponse(status=exc.status)
-        except Exception as exc:
-            return spb.EndTransactionResponse(
-                status=_fault("EndTransaction", exc))
+        offset = self.transactions.get(request.transaction_id)
+        if offset is None:
+            offset = self._half_offset(request.transaction_id)
+        if offset is None:
+            raise Refused(pb.INVALID_TRANSACTION_ID,
+                          f"no open transaction {request.transaction_id} on topic "
+                          f"{request.topic.name} (ended already, or never sent here)")
+        error = await self.broker.transactions.resolve(
+            offset, request.resolution == pb.COMMIT, request.topic.name)
+        if error is not None:
+            raise Refused(pb.INVALID_TRANSACTION_ID, error)
+        self.transactions.pop(request.transaction_id, None)
+        return spb.EndTransactionResponse(status=status())
 
     def _half_offset(self, transaction_id: str) -> int | None:
         """The CommitLog offset of a half message from its id (the index keeps UNIQ_KEY),
@@ -714,87 +714,54 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     delivery_attempt=popped.attempt, invisible_ms=popped.invisible_ms))
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))
 
+    @answers(spb.AckMessageResponse, "AckMessage")
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any
                          ) -> spb.AckMessageResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
-            self._topic(request.topic)
-            self._group(request.group)
-            if not request.entries:
-                raise Refused(pb.BAD_REQUEST, "no entry to ack")
-            errors = await self.broker.pop.ack_many(
-                request.group.name, request.topic.name,
-                [e.receipt_handle for e in request.entries])
-            entries = []
-            for entry, error in zip(request.entries, errors, strict=True):
-                entry_status = (status() if error is None else
-                                status(POP_CODES.get(error.kind, pb.BAD_REQUEST), str(error)))
-                entries.append(spb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                    status=entry_status))
-            codes = {e.status.code for e in entries}
-            overall = (entries[0].status if len(codes) == 1
-                       else status(pb.MULTIPLE_RESULTS, "the entries had different results"))
-            return spb.AckMessageResponse(status=overall, entries=entries)
-        except Refused as exc:
-            return spb.AckMessageResponse(status=exc.status)
-        except PopError as exc:
-            return spb.AckMessageResponse(status=status(POP_CODES.get(exc.kind, pb.BAD_REQUEST),
-                                                        str(exc)))
-        except Exception as exc:
-            return spb.AckMessageResponse(
-                status=_fault("AckMessage", exc))
+        self._enter(context, [(request.topic.name, False, SUB), (request.group.name, True, SUB)])
+        self._topic(request.topic)
+        self._group(request.group)
+        if not request.entries:
+            raise Refused(pb.BAD_REQUEST, "no entry to ack")
+        errors = await self.broker.pop.ack_many(
+            request.group.name, request.topic.name,
+            [e.receipt_handle for e in request.entries])
+        entries = []
+        for entry, error in zip(request.entries, errors, strict=True):
+            entry_status = (status() if error is None else
+                            status(POP_CODES.get(error.kind, pb.BAD_REQUEST), str(error)))
+            entries.append(spb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                status=entry_status))
+        codes = {e.status.code for e in entries}
+        overall = (entries[0].status if len(codes) == 1
+                   else status(pb.MULTIPLE_RESULTS, "the entries had different results"))
+        return spb.AckMessageResponse(status=overall, entries=entries)
 
+    @answers(spb.ChangeInvisibleDurationResponse, "ChangeInvisibleDuration")
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
-            self._topic(request.topic)
-            self._group(request.group)
-            ms = request.invisible_duration.ToMilliseconds()
-            if not 0 <= ms <= MAX_INVISIBLE_MS:
-                raise Refused(pb.ILLEGAL_INVISIBLE_TIME,
-                              f"the invisible duration is {ms} ms; it must be within "
-                              f"0..{MAX_INVISIBLE_MS} ms")
-            handle = await self.broker.pop.change_invisible(
-                request.group.name, request.topic.name, request.receipt_handle, ms)
-            return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
-        except Refused as exc:
-            return spb.ChangeInvisibleDurationResponse(status=exc.status)
-        except PopError as exc:
-            return spb.ChangeInvisibleDurationResponse(status=status(
-                POP_CODES.get(exc.kind, pb.BAD_REQUEST), str(exc)))
-        except Exception as exc:
-            return spb.ChangeInvisibleDurationResponse(
-                status=_fault("ChangeInvisibleDuration", exc))
+        self._enter(context, [(request.topic.name, False, SUB), (request.group.name, True, SUB)])
+        self._topic(request.topic)
+        self._group(request.group)
+        ms = request.invisible_duration.ToMilliseconds()
+        if not 0 <= ms <= MAX_INVISIBLE_MS:
+            raise Refused(pb.ILLEGAL_INVISIBLE_TIME,
+                          f"the invisible duration is {ms} ms; it must be within "
+                          f"0..{MAX_INVISIBLE_MS} ms")
+        handle = await self.broker.pop.change_invisible(
+            request.group.name, request.topic.name, request.receipt_handle, ms)
+        return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
+    @answers(spb.ForwardMessageToDeadLetterQueueResponse, "ForwardMessageToDeadLetterQueue")
     async def ForwardMessageToDeadLetterQueue(
             self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
-            self._topic(request.topic)
-            self._group(request.group)
-            await self.broker.pop.dead_letter(request.group.name, request.topic.name,
-                                              request.receipt_handle, request.delivery_attempt)
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
-        except Refused as exc:
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=exc.status)
-        except PopError as exc:
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=status(
-                POP_CODES.get(exc.kind, pb.BAD_REQUEST), str(exc)))
-        except Exception as exc:
-            return spb.ForwardMessageToDeadLetterQueueResponse(
-                status=_fault("ForwardMessageToDeadLetterQueue", exc))
+        self._enter(context, [(request.topic.name, False, SUB), (request.group.name, True, SUB)])
+        self._topic(request.topic)
+        self._group(request.group)
+        await self.broker.pop.dead_letter(request.group.name, request.topic.name,
+                                          request.receipt_handle, request.delivery_attempt)
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
 
     # ------------------------------------------------------------------ offsets
     def _queue(self, queue: pb.MessageQueue) -> tuple[str, int]:
@@ -804,75 +771,55 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                           f"not exist (it has {config.read_queue_nums})")
         return queue.topic.name, queue.id
 
+    @answers(spb.UpdateOffsetResponse, "UpdateOffset")
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any
                            ) -> spb.UpdateOffsetResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.message_queue.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
-            topic, queue_id = self._queue(request.message_queue)
-            self._group(request.group)
-            if request.offset < 0:
-                raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.broker.offsets.commit(request.group.name, topic, queue_id, request.offset)
-            return spb.UpdateOffsetResponse(status=status())
-        except Refused as exc:
-            return spb.UpdateOffsetResponse(status=exc.status)
-        except Exception as exc:
-            return spb.UpdateOffsetResponse(status=_fault("UpdateOffset", exc))
+        self._enter(context, [(request.message_queue.topic.name, False, SUB),
+                             (request.group.name, True, SUB)])
+        topic, queue_id = self._queue(request.message_queue)
+        self._group(request.group)
+        if request.offset < 0:
+            raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+        self.broker.offsets.commit(request.group.name, topic, queue_id, request.offset)
+        return spb.UpdateOffsetResponse(status=status())
 
+    @answers(spb.GetOffsetResponse, "GetOffset")
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any
                         ) -> spb.GetOffsetResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.message_queue.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
-            topic, queue_id = self._queue(request.message_queue)
-            self._group(request.group)
-            offset = self.broker.offsets.query(request.group.name, topic, queue_id)
-            if offset is None:
-                raise Refused(pb.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset "
-                                                   f"on {topic}:{queue_id}")
-            return spb.GetOffsetResponse(status=status(), offset=offset)
-        except Refused as exc:
-            return spb.GetOffsetResponse(status=exc.status)
-        except Exception as exc:
-            return spb.GetOffsetResponse(status=_fault("GetOffset", exc))
+        self._enter(context, [(request.message_queue.topic.name, False, SUB),
+                             (request.group.name, True, SUB)])
+        topic, queue_id = self._queue(request.message_queue)
+        self._group(request.group)
+        offset = self.broker.offsets.query(request.group.name, topic, queue_id)
+        if offset is None:
+            raise Refused(pb.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset "
+                                               f"on {topic}:{queue_id}")
+        return spb.GetOffsetResponse(status=status(), offset=offset)
 
+    @answers(spb.QueryOffsetResponse, "QueryOffset")
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any
                           ) -> spb.QueryOffsetResponse:
-        try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.message_queue.topic.name, False, SUB)])
-            topic, queue_id = self._queue(request.message_queue)
-            store = self.broker.store
-            policy = request.query_offset_policy
-            if policy == pb.BEGINNING:
-                offset = store.get_min_offset(topic, queue_id)
-            elif policy == pb.END:
-                offset = store.get_max_offset(topic, queue_id)
-            else:
-                if not request.HasField("timestamp"):
-                    raise Refused(pb.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a "
-                                                  "timestamp")
-                offset = store.get_offset_by_time(topic, queue_id,
-                                                  request.timestamp.ToMilliseconds())
-            return spb.QueryOffsetResponse(status=status(), offset=offset)
-        except Refused as exc:
-            return spb.QueryOffsetResponse(status=exc.status)
-        except Exception as exc:
-            return spb.QueryOffsetResponse(status=_fault("QueryOffset", exc))
+        self._enter(context, [(request.message_queue.topic.name, False, SUB)])
+        topic, queue_id = self._queue(request.message_queue)
+        store = self.broker.store
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            offset = store.get_min_offset(topic, queue_id)
+        elif policy == pb.END:
+            offset = store.get_max_offset(topic, queue_id)
+        else:
+            if not request.HasField("timestamp"):
+                raise Refused(pb.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a "
+                                              "timestamp")
+            offset = store.get_offset_by_time(topic, queue_id,
+                                              request.timestamp.ToMilliseconds())
+        return spb.QueryOffsetResponse(status=status(), offset=offset)
 
     async def PullMessage(self, request: spb.PullMessageRequest, context: Any
                           ) -> AsyncIterator[spb.PullMessageResponse]:
         try:
-            md = self._metadata(context)
-            self._client(context, md)
-            self._check(context, md, [(request.message_queue.topic.name, False, SUB),
-                                      (request.group.name, True, SUB)])
+            self._enter(context, [(request.message_queue.topic.name, False, SUB),
+                                 (request.group.name, True, SUB)])
             topic, queue_id = self._queue(request.message_queue)
             self._group(request.group)
             sub = _subscription(topic, request.filter_expression)
