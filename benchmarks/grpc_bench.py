@@ -311,7 +311,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 notes.append("rocketq standalone does not accept --grpc-port yet: "
                              "measuring the null service only")
                 print(notes[-1], file=sys.stderr)
-        null_proc, null_endpoint = spawn_null("--body-size", str(BODY_SIZE))
+        # Routes of as many queues as rocketq's topic: the client filters a route's queues
+        # on every send, and both sides must cost it the same.
+        null_proc, null_endpoint = spawn_null("--body-size", str(BODY_SIZE), "--queues", "8")
         null = {"name": "null", "endpoint": null_endpoint, "pid": null_proc.pid}
         topic = args.topic or GRPC_TOPIC
         group = args.group or GROUP

@@ -78,9 +78,12 @@ class NullMessaging(service_pb2_grpc.MessagingServiceServicer):
     """The servicer. ``host``/``port`` are what routes point at (set once the port is bound)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, body: bytes = b"x" * 128,
-                 tx_check_delay: float = 1.0, credentials: tuple[str, str] | None = None
-                 ) -> None:
+                 tx_check_delay: float = 1.0, credentials: tuple[str, str] | None = None,
+                 queues: int = 1) -> None:
         self.host, self.port = host, port
+        #: Queues in a route: as many as the broker it is compared with has, so that the
+        #: client's per-send work (it filters the route's queues on every send) is the same.
+        self.queues = max(1, queues)
         self.body = body
         self.body_md5 = hashlib.md5(body).hexdigest().upper()
         self.tx_check_delay = tx_check_delay
@@ -146,7 +149,14 @@ class NullMessaging(service_pb2_grpc.MessagingServiceServicer):
         if self._unauthorized(context):
             return spb.QueryRouteResponse(status=pb.Status(code=pb.UNAUTHORIZED,
                                                            message="bad signature"))
-        return spb.QueryRouteResponse(status=OK, message_queues=[self.queue(request.topic)])
+        first = self.queue(request.topic)
+        queues = [first]
+        for queue_id in range(1, self.queues):
+            more = pb.MessageQueue()
+            more.CopyFrom(first)
+            more.id = queue_id
+            queues.append(more)
+        return spb.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def Heartbeat(self, request, context):  # noqa: N802
         return self._heartbeat
@@ -367,6 +377,8 @@ def parse(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    parser.add_argument("--queues", type=int, default=1,
+                        help="queues in each route (match the broker compared with)")
     parser.add_argument("--body-size", type=int, default=128,
                         help="body size of the messages ReceiveMessage returns")
     parser.add_argument("--tx-check-delay", type=float, default=1.0,
@@ -386,7 +398,8 @@ async def main_async(args: argparse.Namespace) -> None:
     credentials = (args.access_key, args.secret_key) if args.access_key else None
     server, servicer = await serve(args.host, args.port, tls=tls,
                                    body=os.urandom(args.body_size) if args.body_size else b"x",
-                                   tx_check_delay=args.tx_check_delay, credentials=credentials)
+                                   tx_check_delay=args.tx_check_delay, credentials=credentials,
+                                   queues=args.queues)
     print(f"grpc_null listening on {args.host}:{servicer.port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
