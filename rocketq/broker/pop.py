@@ -74,6 +74,12 @@ NORMAL_TOPIC, RETRY_TOPIC = "0", "1"
 REVIVE_INTERVAL = 0.1
 #: Most messages one pop reads from one queue before moving to the next.
 MAX_POP_NUMS = 32
+#: Messages popped for a consumer that asks to have them renewed (the 5.x PushConsumer's
+#: ``auto_renew``) stay invisible while it lives: renewed by RENEW_BY_MS whenever less than
+#: RENEW_AHEAD_MS is left, for at most RENEW_MAX_MS after the pop.
+RENEW_BY_MS = 60_000
+RENEW_AHEAD_MS = 20_000
+RENEW_MAX_MS = 30 * 60_000
 
 
 def revive_topic(cluster: str) -> str:
@@ -158,6 +164,10 @@ class CheckPoint:
     pending: set[int] = field(default_factory=set)
     #: Offsets moved to another checkpoint by a change of invisible time.
     moved: set[int] = field(default_factory=set)
+    #: The consumer its invisible time is renewed for while it lives ("" for none), and
+    #: until when at most.
+    owner: str = ""
+    renew_until: int = 0
 
     @property
     def key(self) -> tuple[str, str, int, int, int]:
@@ -267,6 +277,8 @@ class PopService:
         #: FIFO queues to open again at the next revive round (an expiry left their batch
         #: back, or opening them failed).
         self._stuck: dict[tuple[str, str, int], CheckPoint] = {}
+        #: Checkpoints whose invisible time is renewed for their owner.
+        self._renewing: dict[tuple[str, str, int, int, int], CheckPoint] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._task: asyncio.Task[None] | None = None
@@ -287,6 +299,7 @@ class PopService:
             self.topics.create_system(self.revive_topic, 1, Perm.READ | Perm.WRITE)
         self.checkpoints.clear()
         self._deadlines.clear()
+        self._renewing.clear()  # their owners are gone with the old run
         self.fifo.clear()
         self._cursor.clear()
         await asyncio.to_thread(self.replay)
@@ -362,6 +375,12 @@ class PopService:
             else:
                 if (self.offsets.query(ck.group, ck.topic, ck.queue_id) or 0) < ck.next_offset:
                     self.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.next_offset)
+        elif data["t"] == "renew":  # an owner's messages kept invisible longer
+            ck = self.checkpoints.get((data["g"], data["tp"], int(data["q"]), int(data["so"]),
+                                       int(data["pt"])))
+            if ck is not None:
+                ck.invisible_ms = int(data["it"])
+                heapq.heappush(self._deadlines, (ck.deadline, next(self._seq), ck))
         elif data["t"] == "acks":  # acks written together
             for g, tp, q, so, pt, offsets in data["l"]:
                 ck = self.checkpoints.get((g, tp, int(q), int(so), int(pt)))
@@ -389,11 +408,13 @@ class PopService:
     # ------------------------------------------------------------------ pop
     async def pop(self, group: str, topic: str, queue_id: int, max_nums: int,
                   invisible_ms: int, poll_ms: int, sub: Subscription, *,
-                  fifo: bool | None = None,
-                  min_invisible_ms: int = MIN_INVISIBLE_MS) -> PopResult:
+                  fifo: bool | None = None, min_invisible_ms: int = MIN_INVISIBLE_MS,
+                  owner: str = "") -> PopResult:
         """Hand out up to ``max_nums`` messages of ``topic`` (queue ``queue_id``, or every
         queue of it on this broker for -1) matching ``sub``, waiting up to ``poll_ms`` for
-        one to arrive. ``fifo`` None takes the group's ``consumeMessageOrderly``."""
+        one to arrive. ``fifo`` None takes the group's ``consumeMessageOrderly``. With an
+        ``owner`` (a consumer's id) their invisible time is renewed until it is acked, the
+        owner goes (:meth:`forget_owner`), or RENEW_MAX_MS passes."""
         if not self.running:
             raise PopError("permission", f"broker {self.config.brokerName} is not a master "
                                          "(POP is served by masters)")
@@ -425,7 +446,8 @@ class PopService:
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
             result = await self._pop_once(group, topic, queue_id, topic_config.read_queue_nums,
-                                          max_nums, invisible_ms, sub, record_filter, fifo)
+                                          max_nums, invisible_ms, sub, record_filter, fifo,
+                                          owner)
             remaining = deadline - time.monotonic()
             if result.messages or remaining <= 0 or not self.running:
                 return result
@@ -434,7 +456,7 @@ class PopService:
     async def _pop_once(self, group: str, topic: str, queue_id: int, queue_nums: int,
                         max_nums: int, invisible_ms: int, sub: Subscription,
                         record_filter: Callable[[memoryview], bool] | None,
-                        fifo: bool) -> PopResult:
+                        fifo: bool, owner: str = "") -> PopResult:
         pop_time = int(time.time() * 1000)
         out: list[PoppedMessage] = []
         queues = [queue_id] if queue_id >= 0 else _rotated(queue_nums)
@@ -455,7 +477,8 @@ class PopService:
                             self._read_from(group, source, q))
                 continue
             got = await self._pop_queue(group, topic, source, q, max_nums - len(out),
-                                        invisible_ms, pop_time, sub, record_filter, fifo, retry)
+                                        invisible_ms, pop_time, sub, record_filter, fifo, retry,
+                                        owner)
             out.extend(got)
         return PopResult(out, pop_time, invisible_ms, rest)
 
@@ -477,7 +500,7 @@ class PopService:
     async def _pop_queue(self, group: str, origin: str, topic: str, queue_id: int,
                          max_nums: int, invisible_ms: int, pop_time: int, sub: Subscription,
                          record_filter: Callable[[memoryview], bool] | None, fifo: bool,
-                         retry: bool) -> list[PoppedMessage]:
+                         retry: bool, owner: str = "") -> list[PoppedMessage]:
         qkey = (group, topic, queue_id)
         lock = self._queue_locks.get(qkey)
         if lock is None:
@@ -529,6 +552,9 @@ class PopService:
                     self._cursor.pop(qkey, None)  # read them again: they were not handed out
                 raise
             self._track(ck)
+            if owner:
+                ck.owner, ck.renew_until = owner, pop_time + RENEW_MAX_MS
+                self._renewing[ck.key] = ck
             if state is not None:
                 state.out.append(ck)
                 state.pin = -1  # this batch's checkpoint holds the queue's state now
@@ -576,7 +602,7 @@ class PopService:
             raise PopError("handle", f"no message of topic {topic} received by group {group} "
                            "has this receipt handle (is it another group's, or changed "
                            "since?)")
-        if ck.deadline <= now or ck.invisible_ms != handle.invisible_ms:
+        if ck.deadline <= now:
             raise PopError("expired", "the receipt handle has expired: its invisible time "
                            "ended, and the message is (or will be) delivered again")
         return ck
@@ -695,6 +721,30 @@ class PopService:
         self.counts["dead"] += 1
         await self.ack(group, topic, handle)
 
+    async def _renew(self, now: int) -> None:
+        """Keep invisible the messages of owners that asked for it (RENEW_BY_MS more when
+        less than RENEW_AHEAD_MS is left): the checkpoint's invisible time grows, in place,
+        so the handles the owner holds stay good."""
+        for key, ck in list(self._renewing.items()):
+            if ck.done or not ck.owner or now >= ck.renew_until:
+                del self._renewing[key]
+                continue
+            if ck.deadline - now >= RENEW_AHEAD_MS or ck.pending:
+                continue
+            longer = now + RENEW_BY_MS - ck.pop_time
+            await self._write({"t": "renew", "g": ck.group, "tp": ck.topic, "q": ck.queue_id,
+                               "so": ck.offsets[0], "pt": ck.pop_time, "it": longer})
+            ck.invisible_ms = longer
+            heapq.heappush(self._deadlines, (ck.deadline, next(self._seq), ck))
+
+    def forget_owner(self, owner: str) -> None:
+        """``owner`` is gone: its messages are no longer renewed, and come back when their
+        invisible time ends."""
+        for key, ck in list(self._renewing.items()):
+            if ck.owner == owner:
+                ck.owner = ""
+                del self._renewing[key]
+
     def _serving(self) -> None:
         if not self.running:
             raise PopError("permission", f"broker {self.config.brokerName} does not serve POP "
@@ -715,6 +765,7 @@ class PopService:
         """Nothing of ``ck`` is out any more."""
         ck.done = True
         self.checkpoints.pop(ck.key, None)
+        self._renewing.pop(ck.key, None)
         if ck.fifo:
             state = self._fifo_state(ck)
             if ck in state.out:
@@ -796,6 +847,8 @@ class PopService:
         (to the retry topic, to the DLQ, or FIFO batches opened again)."""
         now = int(time.time() * 1000) if now is None else now
         revived = 0
+        if self._renewing:
+            await self._renew(now)
         for qkey, ck in list(self._stuck.items()):  # FIFO queues whose reopening failed
             del self._stuck[qkey]
             revived += await self._reopen_after_expiry(self.fifo[qkey], ck)
@@ -803,6 +856,8 @@ class PopService:
             _, _, ck = heapq.heappop(self._deadlines)
             if ck.done or self.checkpoints.get(ck.key) is not ck:
                 continue
+            if ck.deadline > now:
+                continue  # renewed: a later entry stands for it
             if ck.pending:
                 # An ack of it is being written: look again shortly.
                 heapq.heappush(self._deadlines, (now + 200, next(self._seq), ck))

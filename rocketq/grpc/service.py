@@ -414,6 +414,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       context: Any) -> spb.NotifyClientTerminationResponse:
         md = self._metadata(context)
         client = self.clients.pop(md.get("x-mq-client-id", ""), None)
+        self.broker.pop.forget_owner(md.get("x-mq-client-id", ""))
         if client is not None and client.outbox is not None:
             client.outbox.put_nowait(None)  # type: ignore[arg-type]  # ends its stream
         return spb.NotifyClientTerminationResponse(status=status())
@@ -453,6 +454,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             reader.cancel()
             if client.outbox is outbox:
                 client.outbox = None
+                # Its stream is how the broker knows it lives: its messages are renewed no
+                # more (they come back when their invisible time ends).
+                self.broker.pop.forget_owner(client.client_id)
 
     def _telemetry(self, client: GrpcClient, md: dict[str, str], context: Any,
                    command: spb.TelemetryCommand) -> spb.TelemetryCommand | None:
@@ -648,7 +652,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                              ) -> AsyncIterator[spb.ReceiveMessageResponse]:
         try:
             md = self._metadata(context)
-            self._client(context, md)
+            client = self._client(context, md)
             topic_resource = request.message_queue.topic
             self._check(context, md, [(topic_resource.name, False, SUB),
                                       (request.group.name, True, SUB)])
@@ -681,9 +685,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             batch = request.batch_size if request.batch_size > 0 else 32
             # Every queue of the topic on this broker, as the proxy pops (the client's queue
             # only says which broker): a FIFO group's queues out are skipped there.
+            # A push consumer's messages stay invisible while it lives (the proxy renews
+            # them): the pop renews them for this client until they are acked.
             result = await self.broker.pop.pop(
                 request.group.name, topic_resource.name, -1, min(batch, 32), invisible,
-                poll, sub, min_invisible_ms=1_000)
+                poll, sub, min_invisible_ms=1_000,
+                owner=client.client_id if request.auto_renew else "")
         except Refused as exc:
             yield spb.ReceiveMessageResponse(status=exc.status)
             yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(_now_ms()))

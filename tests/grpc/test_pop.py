@@ -331,3 +331,58 @@ def test_a_gzip_body_that_inflates_past_the_limit_is_refused(grpc_broker):
         assert [m.body for m in ms] == [b"small"]
         await b.stop()
     run_async(go())
+
+
+def test_auto_renew_keeps_a_push_consumers_messages_while_it_lives(grpc_broker, monkeypatch):
+    from rocketq.broker import pop as pop_module
+    from rocketq.grpc import service as service_module
+
+    monkeypatch.setattr(service_module, "AUTO_RENEW_INVISIBLE_MS", 2000)
+    monkeypatch.setattr(pop_module, "RENEW_AHEAD_MS", 1500)
+    monkeypatch.setattr(pop_module, "RENEW_BY_MS", 2000)
+
+    async def go():
+        b = await grpc_broker.start()
+        await b.create_topic("AR", 1)
+        pusher, other = b.client(), b.client()
+        await pusher.settings(consumer_settings_push("ARG", "AR"))
+        for body in (b"slow", b"orphan"):
+            await pusher.call("SendMessage", spb.SendMessageRequest(messages=[
+                message("AR", body)]))
+        request = receive_request("ARG", "AR", batch=1)
+        request.auto_renew = True
+        frames = await pusher.stream("ReceiveMessage", request)
+        slow = [f.message for f in frames if f.WhichOneof("content") == "message"][0]
+        # 5 s with an invisible time of 2 s: renewed, so nobody else gets it.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            status, ms = await receive(other, "ARG", "AR", batch=1, poll_ms=500,
+                                       invisible_ms=10_000)
+            assert slow.body not in [m.body for m in ms]
+            for m in ms:  # the other message, taken by the other member: leave it out
+                assert m.body == b"orphan"
+        # The handle it got is still good.
+        assert (await ack(pusher, "ARG", "AR", slow)).code == pb.OK
+        # A push consumer that goes: its messages come back once their time ends.
+        await pusher.call("SendMessage", spb.SendMessageRequest(messages=[
+            message("AR", b"left")]))
+        frames = await pusher.stream("ReceiveMessage", request)
+        left = [f.message for f in frames if f.WhichOneof("content") == "message"]
+        assert [m.body for m in left] == [b"left"]
+        await pusher.call("NotifyClientTermination", spb.NotifyClientTerminationRequest())
+        got = []
+        deadline = time.monotonic() + 8
+        while b"left" not in got and time.monotonic() < deadline:
+            status, ms = await receive(other, "ARG", "AR", batch=4, poll_ms=500,
+                                       invisible_ms=10_000)
+            got.extend(m.body for m in ms)
+        assert b"left" in got
+        await b.stop()
+    run_async(go())
+
+
+def consumer_settings_push(group: str, topic: str):
+    from .conftest import consumer_settings
+    settings = consumer_settings(group, topic)
+    settings.client_type = pb.PUSH_CONSUMER
+    return settings
