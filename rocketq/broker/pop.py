@@ -181,6 +181,11 @@ class CheckPoint:
     def open(self) -> list[int]:
         return [o for o in self.offsets if o not in self.acked]
 
+    def ref(self) -> dict[str, Any]:
+        """What an ack, move or renewal record names its checkpoint by."""
+        return {"g": self.group, "tp": self.topic, "q": self.queue_id, "so": self.offsets[0],
+                "pt": self.pop_time}
+
     def record(self) -> dict[str, Any]:
         return {"t": "ck", "g": self.group, "tp": self.topic, "ot": self.origin,
                 "q": self.queue_id, "o": self.offsets, "pt": self.pop_time,
@@ -283,8 +288,6 @@ class PopService:
         self._loop_thread = 0
         self._task: asyncio.Task[None] | None = None
         self.running = False
-        #: Counters: messages popped, acked, revived to retry, sent to the DLQ.
-        self.counts = {"popped": 0, "acked": 0, "revived": 0, "dead": 0}
 
     @property
     def store(self) -> MessageStore:
@@ -376,19 +379,17 @@ class PopService:
                 if (self.offsets.query(ck.group, ck.topic, ck.queue_id) or 0) < ck.next_offset:
                     self.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.next_offset)
         elif data["t"] == "renew":  # an owner's messages kept invisible longer
-            ck = self.checkpoints.get((data["g"], data["tp"], int(data["q"]), int(data["so"]),
-                                       int(data["pt"])))
+            ck = self._named(data)
             if ck is not None:
                 ck.invisible_ms = int(data["it"])
                 heapq.heappush(self._deadlines, (ck.deadline, next(self._seq), ck))
         elif data["t"] == "acks":  # acks written together
             for g, tp, q, so, pt, offsets in data["l"]:
-                ck = self.checkpoints.get((g, tp, int(q), int(so), int(pt)))
+                ck = self._named({"g": g, "tp": tp, "q": q, "so": so, "pt": pt})
                 if ck is not None:
                     self._mark(ck, [int(o) for o in offsets])
         elif data["t"] == "ack":
-            ck = self.checkpoints.get((data["g"], data["tp"], int(data["q"]),
-                                       int(data["so"]), int(data["pt"])))
+            ck = self._named(data)
             if ck is not None:
                 offsets = [int(o) for o in data["o"]]
                 if data.get("moved"):
@@ -404,6 +405,11 @@ class PopService:
                          int(data["a"]))
             if state.acked or state.attempt > 1:
                 state.pin = log_offset
+
+    def _named(self, data: dict[str, Any]) -> CheckPoint | None:
+        """The checkpoint a record names (see CheckPoint.ref), if it is still out."""
+        return self.checkpoints.get((data["g"], data["tp"], int(data["q"]), int(data["so"]),
+                                     int(data["pt"])))
 
     # ------------------------------------------------------------------ pop
     async def pop(self, group: str, topic: str, queue_id: int, max_nums: int,
@@ -562,7 +568,6 @@ class PopService:
                 self.offsets.commit(group, topic, queue_id, next_offset)
                 if self._cursor.get(qkey) == next_offset:
                     del self._cursor[qkey]
-        self.counts["popped"] += len(records)
         handles = []
         for r in records:
             h = ReceiptHandle(ck.offsets[0], pop_time, invisible_ms, 0,
@@ -696,7 +701,6 @@ class PopService:
         for acks, fut in pending:
             for ck, offsets in acks:
                 self._mark(ck, offsets)
-                self.counts["acked"] += len(offsets)
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
@@ -711,15 +715,24 @@ class PopService:
         record = self._read(ck.topic, ck.queue_id, parsed.queue_offset)
         if record is None:
             raise PopError("handle", "the message of this receipt handle is no longer stored")
-        props = dict(record.properties)
+        await self.put([self._dead_letter(
+            record, ck, max(record.reconsume_times, delivery_attempt - 1))])
+        await self.ack(group, topic, handle)
+
+    def _dead_letter(self, record: MessageRecord, ck: CheckPoint, reconsume_times: int,
+                     props: dict[str, str] | None = None) -> StoreMessage:
+        """``record`` as stored in its group's dead-letter topic, saying where it came from."""
+        props = dict(record.properties) if props is None else props
         props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
         props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, record.msg_id)
-        dlq = dead_letter_topic(self.topics, group, self.topics_changed)
-        await self.put([StoreMessage.from_record(
-            record, dlq, 0, encode_properties(props),
-            reconsume_times=max(record.reconsume_times, delivery_attempt - 1))])
-        self.counts["dead"] += 1
-        await self.ack(group, topic, handle)
+        topic = dead_letter_topic(self.topics, ck.group, self.topics_changed)
+        return StoreMessage.from_record(record, topic, 0, encode_properties(props),
+                                        reconsume_times=reconsume_times)
+
+    def _retry_max_times(self, group: str) -> int:
+        """The group's retryMaxTimes (16 for a group this broker cannot create)."""
+        config = self.subscription_groups.find_or_create(group)
+        return config.retry_max_times if config is not None else 16
 
     async def _renew(self, now: int) -> None:
         """Keep invisible the messages of owners that asked for it (RENEW_BY_MS more when
@@ -732,8 +745,7 @@ class PopService:
             if ck.deadline - now >= RENEW_AHEAD_MS or ck.pending:
                 continue
             longer = now + RENEW_BY_MS - ck.pop_time
-            await self._write({"t": "renew", "g": ck.group, "tp": ck.topic, "q": ck.queue_id,
-                               "so": ck.offsets[0], "pt": ck.pop_time, "it": longer})
+            await self._write({"t": "renew", **ck.ref(), "it": longer})
             ck.invisible_ms = longer
             heapq.heappush(self._deadlines, (ck.deadline, next(self._seq), ck))
 
@@ -815,9 +827,7 @@ class PopService:
         try:
             new.log_offset = await self._write({**new.record(), "split": True})
             self._track(new)
-            await self._write({"t": "ack", "g": ck.group, "tp": ck.topic,
-                               "q": ck.queue_id, "so": ck.offsets[0], "pt": ck.pop_time,
-                               "o": [offset], "moved": True})
+            await self._write({"t": "ack", **ck.ref(), "o": [offset], "moved": True})
         except BaseException:
             if new.log_offset < 0 and state is not None and new in state.out:
                 state.out.remove(new)
@@ -878,10 +888,8 @@ class PopService:
         return revived
 
     async def _revive(self, ck: CheckPoint) -> int:
-        group_config = self.subscription_groups.find_or_create(ck.group)
-        max_times = group_config.retry_max_times if group_config is not None else 16
+        max_times = self._retry_max_times(ck.group)
         todo = ck.open
-        dead = 0
         for offset in todo:
             record = self._read(ck.topic, ck.queue_id, offset)
             if record is None:
@@ -893,22 +901,15 @@ class PopService:
             props.setdefault(Property.RETRY_TOPIC, ck.origin)
             props.setdefault("1ST_POP_TIME", str(ck.pop_time))
             if times > max_times:
-                topic = dead_letter_topic(self.topics, ck.group, self.topics_changed)
-                props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
-                props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, record.msg_id)
-                dead += 1
+                message = self._dead_letter(record, ck, times, props)
             else:
-                topic = self._retry_topic(ck.group, ck.origin)
-            message = StoreMessage.from_record(record, topic, 0,
-                                               encode_properties(props),
-                                               reconsume_times=times)
+                message = StoreMessage.from_record(
+                    record, self._retry_topic(ck.group, ck.origin), 0,
+                    encode_properties(props), reconsume_times=times)
             await self.put([message])
-        await self._write({"t": "ack", "g": ck.group, "tp": ck.topic, "q": ck.queue_id,
-                           "so": ck.offsets[0], "pt": ck.pop_time, "o": todo, "dead": True})
+        await self._write({"t": "ack", **ck.ref(), "o": todo})
         ck.acked.update(todo)
         self._finish(ck)
-        self.counts["revived"] += len(todo) - dead
-        self.counts["dead"] += dead
         if todo:
             self._notify(ck.origin)
         return len(todo)
@@ -933,8 +934,7 @@ class PopService:
     async def _reopen_after_expiry(self, state: FifoState, ck: CheckPoint) -> int:
         """Open a FIFO queue again after its batch's time ran out; its state changes only
         once what that takes is written (a failure leaves it to the next round)."""
-        group_config = self.subscription_groups.find_or_create(ck.group)
-        max_attempts = (group_config.retry_max_times if group_config is not None else 16) + 1
+        max_attempts = self._retry_max_times(ck.group) + 1
         first = min(state.expired)
         attempt = state.attempt + 1
         acked = set(state.acked)
@@ -942,13 +942,7 @@ class PopService:
             if attempt > max_attempts:
                 record = self._read(ck.topic, ck.queue_id, first)
                 if record is not None:
-                    props = dict(record.properties)
-                    props.setdefault(Property.DLQ_ORIGIN_TOPIC, ck.origin)
-                    props.setdefault(Property.DLQ_ORIGIN_MESSAGE_ID, record.msg_id)
-                    topic = dead_letter_topic(self.topics, ck.group, self.topics_changed)
-                    await self.put([StoreMessage.from_record(
-                        record, topic, 0, encode_properties(props),
-                        reconsume_times=state.attempt)])
+                    await self.put([self._dead_letter(record, ck, state.attempt)])
                 acked.add(first)
                 attempt = 1
                 later = [o for o in state.expired if o > first]
@@ -962,8 +956,6 @@ class PopService:
         except Exception:
             self._stuck[(ck.group, ck.topic, ck.queue_id)] = ck
             raise
-        if attempt == 1 and state.attempt + 1 > max_attempts:
-            self.counts["dead"] += 1
         state.acked = acked
         count = len(state.expired)
         self._reopen(state, ck.group, ck.topic, ck.queue_id, start, attempt)

@@ -12,7 +12,6 @@ consumer offset table: a group's progress is one thing over gRPC and remoting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import hmac
@@ -41,7 +40,7 @@ from ..protocol import (
     encode_properties,
 )
 from ..protocol.filter import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
-from ..protocol.message import MessageRecord, decode_offset_msg_id, host_to_bytes, java_hash
+from ..protocol.message import MessageRecord, host_to_bytes, java_hash
 from ..protocol.sql92 import SqlError
 from ..protocol.topic import validate_topic
 from .convert import (
@@ -618,16 +617,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _half_offset(self, transaction_id: str) -> int | None:
         """The CommitLog offset of a half message from its id (the index keeps UNIQ_KEY),
         for a transaction sent before a restart."""
-        with contextlib.suppress(Exception):
-            record = self.broker.store.query_message_by_unique_key(TRANS_HALF_TOPIC,
-                                                                   transaction_id)
-            if record is not None:
-                return record.commitlog_offset
-        try:
-            _, _, offset = decode_offset_msg_id(transaction_id)
-        except Exception:
-            return None
-        return offset
+        record = self.broker.store.query_message_by_unique_key(TRANS_HALF_TOPIC,
+                                                               transaction_id)
+        return record.commitlog_offset if record is not None else None
 
     def _ask_transaction(self, half: MessageRecord, group: str) -> bool:
         """Ask a 5.x producer of the half's topic to resolve it (RecoverOrphanedTransaction

@@ -386,3 +386,30 @@ def consumer_settings_push(group: str, topic: str):
     settings = consumer_settings(group, topic)
     settings.client_type = pb.PUSH_CONSUMER
     return settings
+
+
+def test_a_transaction_sent_before_a_restart_is_ended_after_it(grpc_broker):
+    async def go():
+        b = await grpc_broker.start()
+        await b.create_topic("XR", 1, message_type="TRANSACTION")
+        p = b.client()
+        r = await p.call("SendMessage", spb.SendMessageRequest(messages=[
+            message("XR", b"late-commit", kind=pb.TRANSACTION)]))
+        entry = r.entries[0]
+        await b.server.stop()
+        await b.broker.stop()
+        b.cluster.brokers.remove(b.broker)
+        b.broker = await b.cluster.start_broker()  # the same store, no memory of the send
+        from rocketq.grpc import GrpcServer
+        b.server = GrpcServer(b.broker, "127.0.0.1", 0)
+        await b.server.start()
+        p = b.client()
+        end = await p.call("EndTransaction", spb.EndTransactionRequest(
+            topic=resource("XR"), message_id=entry.message_id,
+            transaction_id=entry.transaction_id, resolution=pb.COMMIT,
+            source=pb.SOURCE_CLIENT))
+        assert end.status.code == pb.OK, end
+        status, ms = await receive(p, "XRG", "XR", poll_ms=3000)
+        assert [m.body for m in ms] == [b"late-commit"]
+        await b.stop()
+    run_async(go())
