@@ -28,6 +28,11 @@ ALLOWED = {
     "controller": {"protocol", "remoting"},
     # The 5.x gRPC endpoint sits beside the broker and calls its parts.
     "grpc": {"protocol", "remoting", "store", "broker", "acl"},
+    # Prometheus exporters read the counters of every kind of server process.
+    "metrics": {"protocol", "remoting", "store", "broker", "namesrv", "controller", "ha",
+                "acl"},
+    # The dashboard talks to a cluster through the admin client only.
+    "dashboard": {"protocol", "remoting", "client", "acl"},
 }
 
 

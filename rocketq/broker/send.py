@@ -495,7 +495,7 @@ class SendProcessor:
                 result = store.put_messages((message,))[0]
             except Exception as exc:
                 raise self.refusal(exc) from None
-            self.stats.put(1, topic)
+            self.stats.put(1, topic, result.size)
             return message, result
         # Appended with the other messages of this turn of the event loop (the gRPC sends
         # of many clients, each its own call): one CommitLog append, one wait.
@@ -505,7 +505,7 @@ class SendProcessor:
             loop.call_soon(self._put_together)
         self._one_by_one.append((message, fut))
         result = await fut
-        self.stats.put(1, topic)
+        self.stats.put(1, topic, result.size)
         return message, result
 
     def _put_together(self) -> None:
@@ -545,7 +545,7 @@ class SendProcessor:
         first = results[0]
         code = _STATUS_CODES[first.status]
         uniq = property_value(message.properties, b"UNIQ_KEY")
-        self.stats.put(len(results), message.topic)
+        self.stats.put(len(results), message.topic, sum(r.size for r in results))
         return cmd.response_text(code, {
             "msgId": ",".join([r.msg_id for r in results]) if batch else first.msg_id,
             "queueId": str(queue_id),

@@ -54,6 +54,11 @@ class Stats:
         self.get_found = 0
         self.get_miss = 0
         self.put_by_topic: dict[str, int] = {}
+        #: Bytes stored per topic (the records' sizes in the CommitLog).
+        self.put_bytes_by_topic: dict[str, int] = {}
+        #: Messages and bytes handed out per (topic, consumer group).
+        self.get_by_topic_group: dict[tuple[str, str], int] = {}
+        self.get_bytes_by_topic_group: dict[tuple[str, str], int] = {}
         #: The counters at the last midnight (local time) and the one before, as
         #: BrokerStats.record keeps them; 0 until the broker has seen a midnight.
         self.put_today_morning = self.put_yesterday_morning = 0
@@ -65,15 +70,19 @@ class Stats:
         self._day = time.localtime(self.started)[:3]
         self.sample()
 
-    def put(self, n: int, topic: str) -> None:
-        """``n`` messages of ``topic`` were stored for a producer."""
+    def put(self, n: int, topic: str, size: int = 0) -> None:
+        """``n`` messages of ``topic``, ``size`` bytes in all, were stored for a producer."""
         self.put_total += n
         self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + n
+        self.put_bytes_by_topic[topic] = self.put_bytes_by_topic.get(topic, 0) + size
 
-    def get(self, n: int) -> None:
-        """A pull found ``n`` messages."""
+    def get(self, n: int, topic: str = "", group: str = "", size: int = 0) -> None:
+        """A pull (or POP) of ``group`` found ``n`` messages of ``topic``, ``size`` bytes."""
         self.get_total += n
         self.get_found += 1
+        key = (topic, group)
+        self.get_by_topic_group[key] = self.get_by_topic_group.get(key, 0) + n
+        self.get_bytes_by_topic_group[key] = self.get_bytes_by_topic_group.get(key, 0) + size
 
     def miss(self) -> None:
         """A pull found no message."""

@@ -1,0 +1,1 @@
+"""A real NameServer + Broker for users' own tests (a pytest plugin)."""
