@@ -3,7 +3,10 @@ beside its remoting port so that the official 5.x clients work against it unchan
 
 - ``convert``: v2 messages to and from the broker's records (no I/O);
 - ``service``: the MessagingService over the broker's parts (sends, POP, offsets,
-  transactions, the ACL);
+  transactions, the ACL), assembled with ``routes`` (QueryRoute, QueryAssignment),
+  ``telemetry`` (clients, their settings and streams, transaction checks) and ``receiving``
+  (receive, ack, change of invisible time, dead-lettering), over ``common`` (the Status of
+  answers, the readers of a request);
 - ``server``: the gRPC port itself;
 - ``proto``: the generated protobuf and gRPC modules.
 """

@@ -17,6 +17,10 @@ A thin facade over the parts, each in its own module as in RocketMQ:
   already acknowledged;
 - ``recovery``: what happens at start.
 
+The facade itself is three modules: this one (lifecycle, writing, dispatch, queue offsets,
+reads), ``lookups`` (messages by offset, id, key and time) and ``housekeeping`` (the
+housekeeper thread and the full-disk guard).
+
 No asyncio here: an event loop hands the store a scheduling callable
 (:meth:`MessageStore.dispatch_via`) and waits for SYNC_FLUSH on its own
 (``broker.store_writer``).
@@ -30,39 +34,31 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from ..protocol import MessageRecord, decode_record
-from ..protocol.message import (
-    STORE_TIMESTAMP,
-    STORE_TIMESTAMP_POS,
-    decode_offset_msg_id,
-    property_value,
-)
+from ..protocol.message import property_value
 from .checkpoint import Checkpoint
 from .commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessage
 from .config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
-from .errors import DiskFullError, SlaveNotWritableError, StoreClosedError, is_disk_full
-from .flush import CommitLogFlusher, GroupCommit, flush_logics
+from .errors import DiskFullError, SlaveNotWritableError, StoreClosedError
+from .flush import CommitLogFlusher, GroupCommit
+from .housekeeping import Housekeeping
 from .index import Index
 from .lock import StoreLock
+from .lookups import MessageLookups
 from .reads import GetResult, GetStatus, get_messages
 from .recovery import recover
 from .retention import (
-    DISK_CHECK_INTERVAL,
-    DISK_CHECK_INTERVAL_NEAR_FULL,
     PUT_CHECK_INTERVAL_NEAR_FULL,
     ConsumerOffsetsView,
     DiskWatch,
     StoreCounters,
-    clean_expired_files,
-    disk_used_ratio,
 )
 
 log = logging.getLogger("rocketq.store")
 
 
-class MessageStore:
+class MessageStore(MessageLookups, Housekeeping):
     """The message store of one broker. Open it, put and get messages, close it.
 
     >>> store = MessageStore(MessageStoreConfig(storePathRootDir=path))   # doctest: +SKIP
@@ -413,252 +409,6 @@ class MessageStore:
             self.config.maxTransferBytesOnMessageInMemory if max_bytes is None else max_bytes)
         result.suggest_slave = result.behind > self.memory_budget
         return result
-
-    def look_message_by_offset(self, commitlog_offset: int) -> MessageRecord | None:
-        """Decode the record at a CommitLog offset, or None if there is none."""
-        view = self.commitlog.record_at(commitlog_offset)
-        if view is None:
-            return None
-        try:
-            return decode_record(view)
-        finally:
-            view.release()
-
-    def record_bytes(self, commitlog_offset: int) -> bytes | None:
-        """The raw record at a CommitLog offset (for VIEW_MESSAGE_BY_ID answers)."""
-        view = self.commitlog.record_at(commitlog_offset)
-        if view is None:
-            return None
-        try:
-            return view.tobytes()
-        finally:
-            view.release()
-
-    def look_message_by_id(self, msg_id: str) -> MessageRecord | None:
-        """Find a message by its offset message id (store host, port, CommitLog offset)."""
-        _host, _port, offset = decode_offset_msg_id(msg_id)
-        return self.look_message_by_offset(offset)
-
-    def query_messages(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
-                       end: int | None = None) -> list[MessageRecord]:
-        """Messages of ``topic`` whose KEYS or UNIQ_KEY include ``key``, stored in
-        ``[begin, end]`` ms, newest first."""
-        end = int(time.time() * 1000) + 1000 if end is None else end
-        max_num = min(max_num, self.config.maxMsgsNumBatch)
-        found = []
-        seen = set()
-        for offset in self.index.query(topic, key, max_num * 2, begin, end):
-            if offset in seen or offset < self.commitlog.min_offset:
-                continue
-            seen.add(offset)
-            record = self.look_message_by_offset(offset)
-            # Hash collisions and entries left by a cut tail are filtered out here.
-            if record is None or record.topic != topic:
-                continue
-            if key not in record.keys and record.properties.get("UNIQ_KEY") != key:
-                continue
-            if not begin <= record.store_timestamp <= end:
-                continue
-            found.append(record)
-            if len(found) >= max_num:
-                break
-        return found
-
-    def query_message_by_unique_key(self, topic: str, uniq_key: str) -> MessageRecord | None:
-        """Find a message by the UNIQ_KEY its producer gave it."""
-        found = self.query_messages(topic, uniq_key, 1)
-        return found[0] if found else None
-
-    def _store_timestamp(self, phys: int) -> int | None:
-        view = self.commitlog.view(phys + STORE_TIMESTAMP_POS, 8)
-        if view is None:
-            return None
-        try:
-            return STORE_TIMESTAMP.unpack(view)[0]
-        finally:
-            view.release()
-
-    def get_offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """The first queue offset whose message was stored at or after ``timestamp`` (ms);
-        the max offset if every message is older."""
-        cq = self.queues.get(topic, queue_id)
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset, cq.max_offset
-        commitlog_min = self.commitlog.min_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            unit = cq.unit(mid)
-            ts = None
-            if unit is not None and unit[1] > 0 and unit[0] >= commitlog_min:
-                ts = self._store_timestamp(unit[0])
-            if ts is None or ts < timestamp:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int,
-                                    queue_offset: int) -> int | None:
-        cq = self.queues.get(topic, queue_id)
-        unit = cq.unit(queue_offset) if cq else None
-        if unit is None or unit[1] <= 0:
-            return None
-        return self._store_timestamp(unit[0])
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int | None:
-        """Store time of the oldest message still in the queue."""
-        return self.get_message_store_timestamp(topic, queue_id,
-                                                self.get_min_offset(topic, queue_id))
-
-    # ================================================================== housekeeping
-    def _flush_logics(self) -> None:
-        with self._logics_lock:
-            flush_logics(self.queues, self.index, self.checkpoint, self.commitlog,
-                         self.reput_offset)
-
-    def _housekeeping_loop(self) -> None:
-        """Flush the logic files every ``flushIntervalConsumeQueue`` ms, look at the disks
-        every second (every 100 ms when one is over ``diskSpaceCleanForciblyRatio``), and
-        clean every ``cleanResourceInterval`` ms, or at once when a disk has just gone over
-        ``diskMaxUsedSpaceRatio``. Each part's failure is logged and leaves the others
-        running."""
-        cfg = self.config
-        now = time.monotonic()
-        next_flush = now + cfg.flushIntervalConsumeQueue / 1000
-        next_clean = now + cfg.cleanResourceInterval / 1000
-        next_check = now
-        was_over = False
-        while not self._stop.wait(max(0.01, min(next_flush, next_check, next_clean)
-                                      - time.monotonic())):
-            now = time.monotonic()
-            if now >= next_check:
-                try:
-                    self.check_disk()
-                except Exception:
-                    log.exception("checking the store's disks failed")
-                next_check = now + (min(DISK_CHECK_INTERVAL, DISK_CHECK_INTERVAL_NEAR_FULL)
-                                    if self._near_full else DISK_CHECK_INTERVAL)
-                over = self.disk.over(cfg.diskMaxUsedSpaceRatio)
-                if over and not was_over:
-                    next_clean = now
-                was_over = over
-            if now >= next_flush:
-                next_flush = now + cfg.flushIntervalConsumeQueue / 1000
-                try:
-                    self._flush_logics()
-                except Exception:
-                    log.exception("flushing ConsumeQueues, the index or the checkpoint failed")
-            if now >= next_clean:
-                next_clean = now + cfg.cleanResourceInterval / 1000
-                try:
-                    self.clean_expired_files()
-                except Exception:
-                    log.exception("deleting expired files failed")
-
-    def disk_used_ratio(self) -> float:
-        """Percentage of the CommitLog's disk in use."""
-        return disk_used_ratio(self.config.storePathCommitLog)
-
-    def check_disk(self) -> str | None:
-        """Measure the disks of the CommitLog, ConsumeQueue and index directories and set
-        :attr:`refusal`: why puts are refused (a directory over
-        ``diskSpaceWarningLevelRatio``, or a logic file that found no room), or None. The
-        housekeeper calls it every second; returns :attr:`refusal`."""
-        full = self.disk.check()
-        self._near_full = self.disk.over(self.config.diskSpaceCleanForciblyRatio)
-        if self._logics_full is not None and self.dispatcher.failure is None:
-            log.warning("ConsumeQueue files are written again")
-            self._logics_full = None
-        if self._index_full is not None and self._index_has_room():
-            log.warning("the index directory has room again")
-            self._index_full = None
-        self.refusal = full or self._logics_full or self._index_full
-        return self.refusal
-
-    def _index_has_room(self) -> bool:
-        """Whether the next index file exists or can be made now (see :meth:`_index_failed`)."""
-        try:
-            self.index.make_spare()
-        except OSError:
-            return False
-        return True
-
-    def _still_refused(self) -> bool:
-        """Whether :attr:`refusal` stands. A put refused for a ConsumeQueue that found no
-        room first tries (every 100 ms) whether the dispatcher can write again, so that
-        sends resume as soon as there is room, not at the housekeeper's next look."""
-        if self._logics_full is None or self.refusal is not self._logics_full:
-            return True
-        now = time.monotonic()
-        if now < self._next_logics_probe:
-            return True
-        self._next_logics_probe = now + 0.1
-        self.dispatcher.catch_up()
-        return self.dispatcher.failure is not None or self.check_disk() is not None
-
-    def _make_room(self, topic: str, queue_id: int, first: int, end: int) -> int:
-        """Make the ConsumeQueue files for the units of queue offsets ``[first, end)`` before
-        they are assigned (``CommitLog.make_room``, under its lock), so that the dispatcher
-        never meets a full disk for a message already acknowledged: a put that would need a
-        file the disk has no room for is refused instead, and nothing of it is stored.
-        Returns the queue offset up to which files exist."""
-        cq = self.queues.get_or_create(topic, queue_id)
-        try:
-            return cq.files.make_ahead(first * UNIT_SIZE, end * UNIT_SIZE) // UNIT_SIZE
-        except OSError as exc:
-            if not is_disk_full(exc):
-                raise
-            remark = (f"the broker's disk is full: the ConsumeQueue directory "
-                      f"{self.config.store_path_consume_queue} has no room for the next file "
-                      f"of queue {topic}:{queue_id} ({os.strerror(exc.errno)}); sends are refused "
-                      "until space is freed")
-            self.counters.puts_refused_disk_full += 1
-            now = time.monotonic()
-            if now - self._room_logged_at >= 30:
-                self._room_logged_at = now
-                log.error("%s (reads and consumption go on)", remark)
-            raise DiskFullError(remark) from exc
-
-    def _dispatch_failed(self, exc: BaseException) -> None:
-        """The dispatcher could not write a ConsumeQueue file: when for want of room,
-        refuse puts at once (the messages already stored stay, and are dispatched once
-        there is room; reads go on)."""
-        if not is_disk_full(exc):
-            return
-        if self._logics_full is None:
-            self._logics_full = (
-                f"the broker's disk is full: a ConsumeQueue file cannot be written ({exc}); "
-                "sends are refused until space is freed")
-            log.error("%s", self._logics_full)
-        if self.refusal is None:
-            self.refusal = self._logics_full
-
-    def _index_failed(self, exc: BaseException) -> None:
-        """The dispatcher found no room for the next index file, made ahead of time (or, when
-        even the file being written filled up, for entries, which it skipped): refuse puts
-        until the next file can be made."""
-        if self._index_full is None:
-            self._index_full = (
-                f"the broker's disk is full: the index directory {self.config.store_path_index}"
-                f" has no room for the next index file ({exc}); sends are refused until space "
-                "is freed")
-            log.error("%s", self._index_full)
-        if self.refusal is None:
-            self.refusal = self._index_full
-
-    def clean_expired_files(self, *, now: float | None = None, manual: bool = False) -> int:
-        """Delete expired files now; see ``retention.clean_expired_files``. Returns the
-        number of CommitLog files deleted."""
-        now = time.time() if now is None else now
-        with self._clean_lock:
-            deleted = clean_expired_files(self.config, self.commitlog, self.queues,
-                                          self.index, now=now, manual=manual, disk=self.disk,
-                                          consumer_offsets=self.consumer_offsets,
-                                          counters=self.counters)
-            self.last_clean_time = now
-            self.refusal = self.disk.full or self._logics_full or self._index_full
-        return deleted
 
 
 def physical_memory() -> int:

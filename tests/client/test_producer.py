@@ -160,3 +160,18 @@ def test_sync_sends_go_from_the_callers_thread_once_the_route_is_known(servers):
         servers.brokers[0].store.reload_config()
         with pytest.raises(ClientError, match="maxMessageSize"):
             producer.send(Message("Direct", b"x" * 100))
+
+
+def test_each_topic_has_its_own_round_robin(servers):
+    """Sends that alternate between topics still use every queue of each, in turn
+    (RocketMQ keeps the next queue per topic)."""
+    servers.create_topic("Four", 4)
+    servers.create_topic("Two", 2)
+    with Producer("pg", namesrv=servers.namesrv) as producer:
+        four, two = [], []
+        for i in range(12):
+            four.append(producer.send(Message("Four", b"f%d" % i)).queue.queue_id)
+            if i % 3 == 2:
+                two.append(producer.send(Message("Two", b"t%d" % i)).queue.queue_id)
+    assert sorted(four) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert sorted(two) == [0, 0, 1, 1]

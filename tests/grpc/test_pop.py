@@ -334,12 +334,12 @@ def test_a_gzip_body_that_inflates_past_the_limit_is_refused(grpc_broker):
 
 
 def test_auto_renew_keeps_a_push_consumers_messages_while_it_lives(grpc_broker, monkeypatch):
-    from rocketq.broker import pop as pop_module
-    from rocketq.grpc import service as service_module
+    from rocketq.broker import pop_revive
+    from rocketq.grpc import receiving
 
-    monkeypatch.setattr(service_module, "AUTO_RENEW_INVISIBLE_MS", 2000)
-    monkeypatch.setattr(pop_module, "RENEW_AHEAD_MS", 1500)
-    monkeypatch.setattr(pop_module, "RENEW_BY_MS", 2000)
+    monkeypatch.setattr(receiving, "AUTO_RENEW_INVISIBLE_MS", 2000)
+    monkeypatch.setattr(pop_revive, "RENEW_AHEAD_MS", 1500)
+    monkeypatch.setattr(pop_revive, "RENEW_BY_MS", 2000)
 
     async def go():
         b = await grpc_broker.start()

@@ -18,7 +18,7 @@ from rocketq.store import (
     GetStatus,
     MessageStore,
     StoreMessage,
-    message_store,
+    housekeeping,
     retention,
 )
 
@@ -37,7 +37,7 @@ def usage(monkeypatch):
         return state["of"](path) if state["of"] else state["ratio"]
 
     monkeypatch.setattr(retention, "disk_used_ratio", ratio)
-    monkeypatch.setattr(message_store, "DISK_CHECK_INTERVAL", 3600.0)
+    monkeypatch.setattr(housekeeping, "DISK_CHECK_INTERVAL", 3600.0)
     return state
 
 
