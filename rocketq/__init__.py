@@ -44,16 +44,12 @@ if TYPE_CHECKING:
         select_by_hash,
     )
     from .client.admin import ConsumerProgress, QueueProgress
-    from .client.sync import (
-        Admin,
-        Producer,
-        PullConsumer,
-        PushConsumer,
-        SimpleConsumer,
-        TransactionProducer,
-    )
+    from .client.sync import Producer, TransactionProducer
+    from .client.sync_admin import Admin
+    from .client.sync_consumers import PullConsumer, PushConsumer, SimpleConsumer
 
-#: Where each exported name lives; the synchronous classes come from ``client.sync``.
+#: Where each exported name lives; the synchronous classes come from ``client.sync`` (the
+#: producers), ``client.sync_consumers`` and ``client.sync_admin``.
 _SOURCES = {
     **dict.fromkeys([
         "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
@@ -63,8 +59,10 @@ _SOURCES = {
         "MessageValidationError", "NameServerError", "NoMasterError", "ReceivedMessage",
         "SendResult", "SendStatus", "TransactionListener", "TransactionSendResult",
         "create_reply", "select_by_hash"], ".client"),
-    **dict.fromkeys(["Admin", "Producer", "PullConsumer", "PushConsumer", "SimpleConsumer",
-                     "TransactionProducer"], ".client.sync"),
+    **dict.fromkeys(["Producer", "TransactionProducer"], ".client.sync"),
+    **dict.fromkeys(["PullConsumer", "PushConsumer", "SimpleConsumer"],
+                    ".client.sync_consumers"),
+    "Admin": ".client.sync_admin",
     **dict.fromkeys(["ConsumerProgress", "QueueProgress"], ".client.admin"),
 }
 

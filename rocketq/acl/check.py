@@ -30,6 +30,10 @@ BROKER_ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
     RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+    # The ACL's own, reading the accounts (with their secret keys) included.
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_INFO, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
 })
 #: Codes only an admin account may send to a NameServer: registering brokers and changing
 #: routes or KV config.
@@ -119,7 +123,13 @@ def _heartbeat_consumers(body: bytes) -> list[dict[str, Any]]:
 
 
 class AccessDenied(Exception):
-    """A request the ACL refuses; the message says what was refused and why."""
+    """A request the ACL refuses; the message says what was refused and why, ``reason`` which
+    check refused it: ``unsigned``, ``unknown_access_key``, ``no_signature``,
+    ``bad_signature``, ``not_admin`` or ``no_permission``."""
+
+    def __init__(self, message: str, reason: str = "no_permission") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class AccessControl:
@@ -139,6 +149,8 @@ class AccessControl:
         self.acl: PlainAcl = load_plain_acl(self.path)  # AclConfigError: refuse to start
         self._stamp = self._file_stamp()
         self._logged: set[tuple[str, str, str]] = set()
+        #: Requests refused, by AccessDenied.reason (remoting and gRPC alike).
+        self.refused: dict[str, int] = {}
         self._watch_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ the file
@@ -202,26 +214,38 @@ class AccessControl:
         ``verify_with(secret key)`` checks, needing an admin account when ``admin``, and
         ``perms()``: ``(name, is_group, permission)`` of each topic and group it touches.
         Raises AccessDenied."""
+        try:
+            self._check_access(host, access_key, signed, verify_with, admin, what, perms)
+        except AccessDenied as exc:
+            self.refused[exc.reason] = self.refused.get(exc.reason, 0) + 1
+            raise
+
+    def _check_access(self, host: str, access_key: str | None, signed: str | None,
+                      verify_with: Callable[[str], bool], admin: bool, what: str,
+                      perms: Callable[[], Iterable[tuple[str, bool, int]]]) -> None:
         acl = self.acl
         for pattern in acl.global_white:
             if pattern.matches(host):
                 return
         if not access_key:
             raise AccessDenied("the request is not signed (no AccessKey): give the client "
-                               "credentials")
+                               "credentials", "unsigned")
         account = acl.accounts.get(access_key)
         if account is None:
-            raise AccessDenied(f"No acl config for {access_key}: unknown AccessKey")
+            raise AccessDenied(f"No acl config for {access_key}: unknown AccessKey",
+                               "unknown_access_key")
         if account.white_remote_address.matches(host):
             return
         if not signed:
-            raise AccessDenied(f"the request of accessKey={access_key} carries no Signature")
+            raise AccessDenied(f"the request of accessKey={access_key} carries no Signature",
+                               "no_signature")
         if not verify_with(account.secret_key):
             raise AccessDenied(f"Check signature failed for accessKey={access_key}: wrong "
-                               f"secret key, or the request was altered on the way")
+                               f"secret key, or the request was altered on the way",
+                               "bad_signature")
         if admin and not account.admin:
             raise AccessDenied(f"Need admin permission for {what}, but "
-                               f"accessKey={access_key} is not an admin")
+                               f"accessKey={access_key} is not an admin", "not_admin")
         for name, is_group, needed in perms():
             owned = account.perm(name, is_group)
             if owned is not None and not allows(needed, owned):

@@ -20,6 +20,20 @@ SINK_LEDGER_TOPIC = "RMQ_SYS_SINK_LEDGER"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: The topics brokers keep for themselves (TopicValidator.SYSTEM_TOPIC_SET, and rocketq's
+#: sink ledger); names starting with ``rmq_sys_`` are system topics too.
+SYSTEM_TOPICS = frozenset({
+    AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
+    "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT", SINK_LEDGER_TOPIC})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: Groups with this prefix are the brokers' own (RocketMQ's MixAll.isSysConsumerGroup); they
+#: are created on first use even when autoCreateSubscriptionGroup is false.
+SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
+#: Groups RocketMQ's SubscriptionGroupManager creates at start (tools, the ONS HTTP proxy).
+SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                 "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                 "CID_ONSAPI_OWNER", "CID_SYS_RMQ_TRANS")
 
 
 class Perm:
@@ -39,6 +53,18 @@ class Perm:
 
 def is_retry_topic(topic: str) -> bool:
     return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def is_system_topic(topic: str) -> bool:
+    """Whether ``topic`` is one brokers keep for themselves (TopicValidator.isSystemTopic);
+    retry and dead-letter topics are not, they belong to their group."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_system_group(group: str) -> bool:
+    """Whether ``group`` is one of the consumer groups brokers keep for themselves and their
+    tools."""
+    return group in SYSTEM_GROUPS or group.startswith(SYS_GROUP_PREFIX)
 
 
 class IllegalTopicError(ValueError):
