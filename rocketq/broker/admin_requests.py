@@ -2,6 +2,22 @@
 runtime info and statistics, the connections of producer and consumer groups; and bad fields
 of admin requests answered INVALID_PARAMETER.
 
+Statistics (mqadmin ``statsAll``, ``brokerConsumeStats``, ``consumerProgress``):
+
+- VIEW_BROKER_STATS_DATA (315), header ``statsName`` and ``statsKey``: one stats item's
+  minute, hour and day (BrokerStatsData, from ``stats_items``). Names: ``TOPIC_PUT_NUMS`` and
+  ``TOPIC_PUT_SIZE`` by topic; ``GROUP_GET_NUMS``, ``GROUP_GET_SIZE`` and ``SNDBCK_PUT_NUMS``
+  by ``topic@group``; ``BROKER_PUT_NUMS`` and ``BROKER_GET_NUMS`` by the cluster's name. An
+  item nothing was counted under yet answers SYSTEM_ERROR "The stats <name> <key> not exist",
+  as RocketMQ does (statsAll then prints 0 for it); so does a name rocketq does not keep
+  (``GROUP_GET_LATENCY``, the queue-level and commercial ones).
+- GET_BROKER_CONSUME_STATS (317), header ``isOrder``: every group's ConsumeStats in each topic
+  it has offsets in, and the lag of them all (ConsumeStatsList). The groups are those with
+  committed offsets (RocketMQ walks its subscription group table, where a group without
+  offsets gets an empty list, which mqadmin prints nothing for).
+- GET_CONSUME_STATS (208) and 317 give each group's ``consumeTps``: the messages per second it
+  pulled from the topic over the last minute (``GROUP_GET_NUMS``), summed over the topics.
+
 UPDATE_AND_CREATE_TOPIC (17) checks every field before anything changes, and the table changes
 in memory only once it is saved. DELETE_TOPIC_IN_BROKER (215) drops the topic, its consumer
 offsets and its queues.
@@ -21,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -46,6 +62,8 @@ from .config import (
     save_overrides,
 )
 from .offsets import ConsumerOffsets
+from .stats import Stats
+from .stats_items import BROKER_KEY, BROKER_WIDE
 from .topics import TopicConfigError, TopicTable, topic_config_from_request
 
 if TYPE_CHECKING:
@@ -66,7 +84,8 @@ ADMIN_CODES = (
     RequestCode.GET_EARLIEST_MSG_STORETIME, RequestCode.VIEW_MESSAGE_BY_ID,
     RequestCode.QUERY_MESSAGE, RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_CONSUME_STATS,
     RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_PRODUCER_CONNECTION_LIST,
-    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, RequestCode.VIEW_BROKER_STATS_DATA,
+    RequestCode.GET_BROKER_CONSUME_STATS,
 )
 
 
@@ -122,7 +141,7 @@ class AdminRequests:
                  store: Callable[[], MessageStore], topics: TopicTable,
                  offsets: ConsumerOffsets, clients: ClientTable,
                  topics_changed: Callable[[], None],
-                 runtime_info: Callable[[], dict[str, str]]) -> None:
+                 runtime_info: Callable[[], dict[str, str]], stats: Stats | None = None) -> None:
         self.config = config
         self.store_config = store_config
         self._store = store  # the store exists once the broker has started
@@ -131,6 +150,8 @@ class AdminRequests:
         self.clients = clients
         self.topics_changed = topics_changed
         self.runtime_info = runtime_info
+        #: The windows over the broker's counters (a part tested alone gets its own).
+        self.stats_items = (stats if stats is not None else Stats()).items
 
     @property
     def store(self) -> MessageStore:
@@ -145,6 +166,8 @@ class AdminRequests:
                 RequestCode.GET_BROKER_RUNTIME_INFO: self.broker_runtime_info,
                 RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
                 RequestCode.GET_CONSUME_STATS: self.consume_stats,
+                RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
+                RequestCode.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
                 RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
                 RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
                 RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
@@ -226,8 +249,7 @@ class AdminRequests:
 
     def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUME_STATS: a group's offsets against each queue's max offset, in one topic
-        or in every topic it has offsets in or subscribes to."""
-        store = self.store
+        or in every topic it has offsets in or subscribes to, and its consume rate."""
         group = cmd.field("consumerGroup") or ""
         wanted = cmd.field("topic")
         topics = [wanted] if wanted else self.offsets.topics_of_group(group)
@@ -235,26 +257,81 @@ class AdminRequests:
             g = self.clients.consumers.get(group)
             if g is not None:
                 topics = sorted(set(topics) | set(g.subscriptions))
-        items = []
+        items: list[tuple[dict[str, Any], dict[str, int]]] = []
+        consume_tps = 0.0
         for topic in topics:
             if self.topics.get(topic) is None:
                 continue
-            for qid in self._queue_ids(topic):
-                consumer = self.offsets.query(group, topic, qid)
-                broker_offset = store.get_max_offset(topic, qid)
-                last = None
-                if consumer is not None and consumer > 0:
-                    last = store.get_message_store_timestamp(topic, qid, consumer - 1)
-                items.append((_mq(self.config.brokerName, topic, qid), {
-                    "brokerOffset": broker_offset,
-                    "consumerOffset": consumer if consumer is not None else 0,
-                    "pullOffset": consumer if consumer is not None else 0,
-                    "lastTimestamp": last or 0}))
+            items += self._offset_table(group, topic, self._queue_ids(topic))
+            consume_tps += self.stats_items.group_get_tps(topic, group)
         if not items:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
                                 remark=f"the consumer group[{group}] not online")
         return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(
-            {"offsetTable": fastjson.ObjectKeyMap(items), "consumeTps": 0.0}))
+            {"offsetTable": fastjson.ObjectKeyMap(items), "consumeTps": consume_tps}))
+
+    def _offset_table(self, group: str, topic: str, queue_ids: Iterable[int]
+                      ) -> list[tuple[dict[str, Any], dict[str, int]]]:
+        """ConsumeStats.offsetTable's entries: (MessageQueue, OffsetWrapper) of each queue."""
+        store = self.store
+        items = []
+        for qid in queue_ids:
+            consumer = self.offsets.query(group, topic, qid)
+            last = None
+            if consumer is not None and consumer > 0:
+                last = store.get_message_store_timestamp(topic, qid, consumer - 1)
+            items.append((_mq(self.config.brokerName, topic, qid), {
+                "brokerOffset": max(0, store.get_max_offset(topic, qid)),
+                "consumerOffset": consumer if consumer is not None else 0,
+                "pullOffset": consumer if consumer is not None else 0,
+                "lastTimestamp": last or 0}))
+        return items
+
+    def broker_consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS: each group's ConsumeStats in each topic it has offsets in
+        (only ordered topics when ``isOrder``), as AdminBrokerProcessor
+        .fetchAllConsumeStatsInBroker builds them: a topic the group's online members do not
+        subscribe to is left out, queues are the topic's write queues, and ``totalDiff`` is
+        the sum of broker offset minus consumer offset over every queue listed."""
+        only_ordered = cmd.bool_field("isOrder")
+        topics_of: dict[str, set[str]] = {}
+        for group, topic, _queue_id, _offset in self.offsets.committed():
+            topics_of.setdefault(group, set()).add(topic)
+        stats_list: list[dict[str, list[dict[str, Any]]]] = []
+        total_diff = 0
+        for group in sorted(topics_of):
+            online = self.clients.consumers.get(group)
+            subscribed = online.subscriptions if online is not None else {}
+            per_topic = []
+            for topic in sorted(topics_of[group]):
+                config = self.topics.get(topic)
+                if config is None or (only_ordered and not config.order):
+                    continue
+                if subscribed and topic not in subscribed:
+                    continue
+                items = self._offset_table(group, topic, range(config.write_queue_nums))
+                total_diff += sum(w["brokerOffset"] - w["consumerOffset"] for _, w in items)
+                per_topic.append({"consumeTps": self.stats_items.group_get_tps(topic, group),
+                                  "offsetTable": fastjson.ObjectKeyMap(items)})
+            stats_list.append({group: per_topic})
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps({
+            "brokerAddr": self.config.broker_addr, "consumeStatsList": stats_list,
+            "totalDiff": total_diff}))
+
+    def view_broker_stats_data(self, conn: Connection, cmd: RemotingCommand
+                               ) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA: one stats item's minute, hour and day (BrokerStatsData)."""
+        name = cmd.field("statsName") or ""
+        key = cmd.field("statsKey") or ""
+        data = None
+        if name not in BROKER_WIDE:
+            data = self.stats_items.view(name, key)
+        elif key == self.config.brokerClusterName:
+            data = self.stats_items.view(name, BROKER_KEY)
+        if data is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"The stats <{name}> <{key}> not exist")
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(data))
 
     # ------------------------------------------------------------------ connections
     def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -36,6 +36,12 @@ class RequestCode(enum.IntEnum):
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
+    # The accounts of a broker's plain_acl.yml (RocketMQ 4.x's ACL admin requests).
+    UPDATE_AND_CREATE_ACL_CONFIG = 50
+    DELETE_ACL_CONFIG = 51
+    GET_BROKER_CLUSTER_ACL_INFO = 52
+    UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
+    GET_BROKER_CLUSTER_ACL_CONFIG = 54
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -65,6 +71,8 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_RUNNING_INFO = 307
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
+    VIEW_BROKER_STATS_DATA = 315
+    GET_BROKER_CONSUME_STATS = 317
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     SEND_REPLY_MESSAGE = 324
@@ -134,6 +142,10 @@ class ResponseCode(enum.IntEnum):
     NO_MESSAGE = 208
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
+    # RocketMQ 4.x gave the ACL requests' refusals the same numbers as the two above.
+    UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
+    DELETE_ACL_CONFIG_FAILED = 210
+    UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     ILLEGAL_OPERATION = 604
     # Controller mode.
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
@@ -171,9 +183,15 @@ class LanguageCode(enum.IntEnum):
     NODE_JS = 13
 
 
-#: The protocol version rocketq announces: RocketMQ 5.3.3's ordinal. Java clients store the
-#: broker's heartbeat-response version and refuse SQL92 pulls below 232.
-CURRENT_VERSION = 479
+#: The protocol version rocketq announces in every request and answer: RocketMQ 4.9.8's
+#: ordinal (MQVersion.Version.V4_9_8), the protocol the captured Java 4.9.8 frames check.
+#: What peers switch on it: Java clients allow SQL92 pulls from a broker at 232
+#: (V4_1_0_SNAPSHOT) and up; servers honour a send-back's maxReconsumeTimes from 121 up and
+#: answer routes in standard JSON from 401 up; RocketMQ 5.2+ servers that are shutting down
+#: answer GO_AWAY (1500), a code rocketq's client does not act on, to versions above 441
+#: (V5_1_4; 475, V5_3_1, since 5.3.2). RocketMQ 5 features rocketq serves (POP, timers,
+#: controllers) are found by request code, never by this number.
+CURRENT_VERSION = 409
 
 
 class PullSysFlag:

@@ -252,7 +252,8 @@ def test_both_protocols_on_one_topic_with_the_cpp_client(client, tmp_path):
 
 
 def test_the_readme_examples_run(tmp_path):
-    """The README's 5.x examples, as written, in each client's own runtime."""
+    """The 5.x examples of the README (Python) and of docs/compatibility.md (Node.js), as
+    written, in each client's own runtime."""
     import os
     import re
     import subprocess
@@ -262,7 +263,9 @@ def test_the_readme_examples_run(tmp_path):
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     python_block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
                         if "from rocketmq import" in b)
-    js_block = next(b for b in re.findall(r"```js\n(.*?)```", readme, re.S)
+    compatibility = (pathlib.Path(__file__).resolve().parents[2] / "docs"
+                     / "compatibility.md").read_text()
+    js_block = next(b for b in re.findall(r"```js\n(.*?)```", compatibility, re.S)
                     if "rocketmq-client-nodejs" in b)
     server = Standalone(tmp_path / "data", grpc=True)
     try:

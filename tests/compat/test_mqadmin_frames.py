@@ -4,6 +4,7 @@ answered SUCCESS with a body mqadmin can read, none "request type not supported"
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 
@@ -13,6 +14,7 @@ from rocketq.protocol.codes import ResponseCode
 from rocketq.protocol.command import RemotingCommand, encode
 from rocketq.protocol.message import decode_records
 
+from ..broker.test_broker import pull, send_v2
 from ..conftest import run_async
 from ..raw_peer import RawPeer
 from .java498_frames import frames
@@ -104,3 +106,50 @@ def test_mqadmin_session(cluster):
     assert "offsetTable" in fastjson.loads(by_code[202][0].body)
     (found,) = decode_records(by_code[12][0].body)
     assert found.keys == ["KEY1", "KEY2"]
+
+
+def test_consumer_progress_shows_the_consume_rate(cluster):
+    """The captured ``consumerProgress -g CCG_HOLD`` (208) while CCG_HOLD takes one message
+    a second: "Consume TPS: 1.00" (GROUP_GET_NUMS' minute for CT_C@CCG_HOLD), and the
+    offsets its "Diff Total" adds up. Seconds are driven through the broker's windows, far
+    ahead of its own sampler, so the rate is exact."""
+    (progress,) = frames("mqadmin", RC.GET_CONSUME_STATS)
+    assert progress.ext["consumerGroup"] == "CCG_HOLD" and "topic" not in progress.ext
+
+    async def main():
+        await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        admin, hold = await RawPeer.open(broker.address), await RawPeer.open(broker.address)
+        items, start = broker.stats.items, time.monotonic() + 1e6
+        try:
+            setup = [RemotingCommand.request(RC.UPDATE_AND_CREATE_TOPIC, {
+                "topic": "CT_C", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6})]
+            setup += [send_v2("CT_C", b"m%d" % i) for i in range(20)]
+            for cmd in setup:
+                admin.write(encode(cmd))
+                assert (await admin.answer(cmd.opaque)).code == 0
+            hb = heartbeat(HOLD, "CCG_HOLD", "CT_C")
+            hold.write(encode(hb))
+            assert (await hold.answer(hb.opaque)).code == 0
+            await asyncio.to_thread(broker.store.wait_dispatched)
+            items.sample(start)
+            for second in range(1, 11):  # one message a second, committed as it goes
+                cmd = pull("CT_C", 0, second - 1, sysflag=0x1 | 0x2, group="CCG_HOLD",
+                           commitOffset=second - 1, maxMsgNums=1)
+                hold.write(encode(cmd))
+                assert (await hold.answer(cmd.opaque)).code == 0
+                items.sample(start + second)
+            admin.write(progress.encode())
+            return await admin.answer(progress.header_json["opaque"])
+        finally:
+            await admin.close()
+            await hold.close()
+            await cluster.stop()
+
+    answer = run_async(main())
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    stats = fastjson.loads(answer.body)
+    assert f"Consume TPS: {stats['consumeTps']:.2f}" == "Consume TPS: 1.00"
+    table = {mq["queueId"]: w for mq, w in stats["offsetTable"].items}
+    assert (table[0]["brokerOffset"], table[0]["consumerOffset"]) == (20, 9)
+    assert sum(w["brokerOffset"] - w["consumerOffset"] for w in table.values()) == 11
