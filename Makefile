@@ -26,11 +26,14 @@ RUN_ARGS ?=
 run: $(BASE)
 	$(BIN)/rocketq standalone $(RUN_ARGS)
 
-# The etcd server the controller's etcd engine is tested against (Debian's etcd-server), and
-# the openssl command the TLS tests handshake with.
+# The etcd server the controller's etcd engine is tested against (Debian's etcd-server), the
+# headless Chromium and its driver the dashboard's browser tests drive, and the openssl
+# command the TLS tests handshake with.
 test-deps:
 	@command -v etcd >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
+	@(command -v chromium && command -v chromedriver) >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
 	@command -v openssl >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
 

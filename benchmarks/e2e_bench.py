@@ -4,6 +4,7 @@
     python benchmarks/e2e_bench.py --json     # one JSON object
     python benchmarks/e2e_bench.py --acl --tls   # what signing and TLS cost per message
     python benchmarks/e2e_bench.py --grpc        # the remoting paths with the gRPC port on
+    python benchmarks/e2e_bench.py --metrics     # what the Prometheus exporter costs
 
 The broker runs in its own process (ASYNC_FLUSH, data in a temporary directory); producers and
 consumers run here on rocketq's asyncio client, with 128-byte messages. Pipelined sends use the
@@ -17,7 +18,11 @@ started at once and measured in alternation, round after round, with one-at-a-ti
 pipelined sends without auto-batching (one signature and one TLS record per message) and
 pull consumption. The cost per message is ``1/rate - 1/plain rate`` of the same round.
 With ``--grpc`` the same comparison runs a standalone with its gRPC port (RocketMQ 5.x
-clients) open beside one without: the remoting paths must not pay for it.
+clients) open beside one without: the remoting paths must not pay for it. With ``--metrics``
+it runs one with its Prometheus exporter on (``--metrics-port``: every request timed), scraped
+every ``--scrape-interval`` seconds while it is measured, beside one without; it also reports
+the CPU of the counting that runs either way (``Stats.put``, with the message size histogram)
+and of one request's timing.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 from typing import Any
 
 from rocketq.aio import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
@@ -232,12 +238,15 @@ def security_settings(args: argparse.Namespace) -> list[str]:
         names.append("acl+tls")
     if args.grpc:
         names.append("grpc")
+    if args.metrics:
+        names.append("metrics")
     return names
 
 
 def start_secured(name: str, data: str, cert: str, key: str
                   ) -> tuple[subprocess.Popen[str], str, dict[str, Any]]:
-    """A standalone with the ``name`` setting, and the client options that match it."""
+    """A standalone with the ``name`` setting, and the client options that match it (for
+    ``metrics``, ``metrics_url``: where to scrape it)."""
     import ssl
 
     directory = os.path.join(data, name)
@@ -254,11 +263,52 @@ def start_secured(name: str, data: str, cert: str, key: str
         lines += ["tlsMode=enforcing", f"tls.server.certPath={cert}",
                   f"tls.server.keyPath={key}", f"tls.client.trustCertPath={cert}"]
         options["tls"] = ssl.create_default_context(cafile=cert)
+    metrics_url = None
+    if name == "metrics":
+        port = free_port()
+        extra += ["--metrics-port", str(port)]
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
     with open(conf, "w") as f:
         f.write("\n".join(lines) + "\n")
     proc, namesrv = start_broker(os.path.join(directory, "store"), conf, extra,
                                  grpc_port=free_port() if name == "grpc" else 0)
+    if metrics_url is not None:
+        options["metrics_url"] = metrics_url
     return proc, namesrv, options
+
+
+def metrics_costs(rounds: int = 5, n: int = 200_000) -> dict[str, float]:
+    """CPU per ``Stats.put`` (what the send path counts, exporter or not, its message size
+    histogram included) and per request timed while the exporter is on, best of ``rounds``
+    (the loop's own cost included)."""
+    from rocketq.broker.stats import Stats
+    from rocketq.metrics.labels import Node
+    from rocketq.metrics.rpc import RpcLatency
+
+    stats, timer = Stats(), RpcLatency(Node("broker", "broker-a", "DefaultCluster"))
+    topics = [f"Bench{i}" for i in range(8)]
+    best_put = best_observe = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for i in range(n):
+            stats.put(1, topics[i & 7], 300)
+        t1 = time.perf_counter()
+        for _ in range(n):
+            timer.observe(310, 0, 0.0004, False, True)
+        t2 = time.perf_counter()
+        best_put, best_observe = min(best_put, t1 - t0), min(best_observe, t2 - t1)
+    return {"stats_put_us": round(best_put / n * 1e6, 3),
+            "rpc_observe_us": round(best_observe / n * 1e6, 3)}
+
+
+async def scrape_every(url: str, interval: float) -> None:
+    """Scrape ``url`` every ``interval`` seconds, as Prometheus would, until cancelled."""
+    def fetch() -> None:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            response.read()
+    while True:
+        await asyncio.to_thread(fetch)
+        await asyncio.sleep(interval)
 
 
 def sign_costs(rounds: int = 5, n: int = 20_000) -> dict[str, float]:
@@ -287,6 +337,19 @@ def sign_costs(rounds: int = 5, n: int = 20_000) -> dict[str, float]:
 
 async def security_round(namesrv: str, options: dict[str, Any], args: argparse.Namespace,
                          round_no: int) -> dict[str, float]:
+    options = dict(options)
+    url = options.pop("metrics_url", None)
+    scraper = asyncio.ensure_future(scrape_every(url, args.scrape_interval)) if url else None
+    try:
+        return await _security_round(namesrv, options, args, round_no)
+    finally:
+        if scraper is not None:
+            scraper.cancel()
+            await asyncio.gather(scraper, return_exceptions=True)
+
+
+async def _security_round(namesrv: str, options: dict[str, Any], args: argparse.Namespace,
+                          round_no: int) -> dict[str, float]:
     sync = await bench_sync(namesrv, "BenchSec", args.sync_count, **options)
     piped, total = await bench_pipelined(namesrv, "BenchSec", args.count, args.window, False,
                                          **options)
@@ -308,7 +371,8 @@ def compare_security(args: argparse.Namespace) -> dict[str, Any]:
         async def measure() -> None:
             for name in names:
                 _, namesrv, options = servers[name]
-                await create_topic(namesrv, "BenchSec", 8, **options)
+                await create_topic(namesrv, "BenchSec", 8, **{
+                    k: v for k, v in options.items() if k != "metrics_url"})
             for round_no in range(args.rounds):
                 # Alternate: each round measures every setting, in a rotating order.
                 order = names[round_no % len(names):] + names[:round_no % len(names)]
@@ -325,6 +389,8 @@ def compare_security(args: argparse.Namespace) -> dict[str, Any]:
             proc.wait(30)
         shutil.rmtree(data, ignore_errors=True)
     result: dict[str, Any] = {"rounds": args.rounds, **sign_costs()}
+    if args.metrics:
+        result.update(metrics_costs(), scrape_interval_s=args.scrape_interval)
     for name in names:
         prefix = name.replace("+", "_")
         for key, values in runs[name].items():
@@ -337,8 +403,9 @@ def compare_security(args: argparse.Namespace) -> dict[str, Any]:
                     "pull_consume_msgs_s"):
             costs = [1e6 / a - 1e6 / b for a, b in zip(runs[name][key], runs["plain"][key],
                                                          strict=True)]
-            result[f"{prefix}_{key.removesuffix('_msgs_s')}_cost_us_per_msg"] = round(
-                statistics.median(costs), 2)
+            what = f"{prefix}_{key.removesuffix('_msgs_s')}_cost_us_per_msg"
+            result[what] = round(statistics.median(costs), 2)
+            result[f"{what}_runs"] = [round(c, 2) for c in costs]
     return result
 
 
@@ -361,9 +428,16 @@ def print_security(result: dict[str, Any], names: list[str]) -> None:
     for name in names[1:]:
         prefix = name.replace("+", "_")
         costs = ", ".join(
-            f"{what} {result[f'{prefix}_{what}_cost_us_per_msg']:+.1f} µs"
+            f"{what} {result[f'{prefix}_{what}_cost_us_per_msg']:+.1f} µs "
+            f"({min(result[f'{prefix}_{what}_cost_us_per_msg_runs']):+.1f} to "
+            f"{max(result[f'{prefix}_{what}_cost_us_per_msg_runs']):+.1f})"
             for what in ("sync_send", "async_send_no_auto_batch", "pull_consume"))
         print(f"  cost per message, {name}: {costs}")
+    if "stats_put_us" in result:
+        print(f"  counting a send (Stats.put, size histogram included, exporter or not): "
+              f"{result['stats_put_us']} µs; timing a request (exporter on): "
+              f"{result['rpc_observe_us']} µs (CPU, best of 5); metrics scraped every "
+              f"{result['scrape_interval_s']} s while measured")
     print(f"  one signature: {result['sign_us']} µs to make, {result['verify_us']} µs to "
           f"check (CPU, best of 5)")
 
@@ -382,11 +456,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare with every connection on TLS (tlsMode=enforcing)")
     parser.add_argument("--grpc", action="store_true",
                         help="compare with the gRPC port for 5.x clients open")
+    parser.add_argument("--metrics", action="store_true",
+                        help="compare with the Prometheus exporter on and scraped")
+    parser.add_argument("--scrape-interval", type=float, default=1.0,
+                        help="with --metrics: seconds between scrapes (default 1; "
+                             "Prometheus's default is 60)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="with --acl/--tls/--grpc: alternating rounds per setting "
-                             "(default 3)")
+                        help="with --acl/--tls/--grpc/--metrics: alternating rounds per "
+                             "setting (default 3)")
     args = parser.parse_args(argv)
-    if args.acl or args.tls or args.grpc:
+    if args.acl or args.tls or args.grpc or args.metrics:
         result = compare_security(args)
         if args.json:
             print(json.dumps(result))

@@ -136,8 +136,9 @@ def fetch_route(namesrv: str, topic: str):
 
 #: Tests that share a process-wide resource and so run on one worker under pytest-xdist: the
 #: Spark tests share one SparkSession (a JVM that each worker would start again), the compat
-#: tests the client environments they install into one cache.
-ONE_WORKER = ("tests/spark/", "tests/compat/")
+#: tests the client environments they install into one cache, the dashboard's tests one
+#: broker and one browser.
+ONE_WORKER = ("tests/spark/", "tests/compat/", "tests/dashboard/")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -16,7 +16,7 @@ Where requests go (RocketMQ's processors in brackets):
 - ``message_queries``: messages by offset id and by key (QueryMessageProcessor);
 - ``admin_requests``: topics, broker config, runtime info, stats (AdminBrokerProcessor);
 - ``consumer_calls``: reset offsets, calls to consumers (AdminBrokerProcessor, Broker2Client);
-- ``subscription_groups``: subscription group admin (AdminBrokerProcessor);
+- ``subscription_groups``, ``acl_requests``: groups, ACL accounts (AdminBrokerProcessor);
 - ``transaction``: END_TRANSACTION and transaction checks (EndTransactionProcessor);
 - ``registration``: REGISTER_BROKER / UNREGISTER_BROKER to the NameServers.
 """
@@ -38,6 +38,7 @@ from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
 from ..store.config import SLAVE, SYNC_MASTER
 from ..store.lock import StoreLock
+from .acl_requests import AclRequests
 from .admin_requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
@@ -165,7 +166,7 @@ class Broker:
         self.send = SendProcessor(config, store_config, store, put, self.topics,
                                   self.subscription_groups, self.clients, self.stats, changed)
         self.send_back = SendBack(config, store_config, store, put, self.topics,
-                                  self.subscription_groups, changed, self.schedule.wake)
+                                  self.subscription_groups, changed, self.schedule.wake, self.stats)
         self.pull = PullProcessor(config, store, self.topics, self.subscription_groups,
                                   self.clients, self.offsets, self.stats)
         self.client_requests = ClientRequests(config, self.clients, self.subscription_groups,
@@ -175,13 +176,14 @@ class Broker:
         self.offset_requests = OffsetRequests(self.offsets, store)
         self.message_queries = MessageQueries(store)
         self.admin = AdminRequests(config, store_config, store, self.topics, self.offsets,
-                                   self.clients, changed, self.runtime_info)
+                                   self.clients, changed, self.runtime_info, self.stats)
         self.consumer_calls = ConsumerCalls(self.topics, self.offsets, self.clients,
                                             config.brokerName, store)
         #: POP consumption (a master's): the 5.x consumers' model, over remoting and gRPC.
         self.pop = PopService(config, store, put, self.topics, self.subscription_groups,
-                              self.offsets, changed)
+                              self.offsets, changed, self.stats)
         self.pop_requests = PopRequests(self.pop, self.topics)
+        self.acl_requests = AclRequests(self.acl, config, lambda: self.address)
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[int, Handler]:
@@ -205,7 +207,7 @@ class Broker:
         }
         for part in (self.client_requests, self.send_back, self.offset_requests,
                      self.message_queries, self.admin, self.consumer_calls, self.sinks,
-                     self.pop_requests):
+                     self.pop_requests, self.acl_requests):
             handlers.update(part.handlers())
         handlers.update(subscription_group_handlers(self.subscription_groups, self.offsets))
         return guard_admin_fields(handlers)  # a bad admin field: INVALID_PARAMETER

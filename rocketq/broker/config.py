@@ -36,6 +36,12 @@ class BrokerConfig:
     #: The gRPC port for RocketMQ 5.x clients (the MessagingService a proxy serves on 8081);
     #: 0 turns it off.
     grpcServerPort: int = 8081
+    #: ``PROM`` serves Prometheus metrics on ``metricsPromExporterHost`` (empty: brokerIP1)
+    #: and ``metricsPromExporterPort``; ``DISABLE`` (the default) serves none. RocketMQ's
+    #: ``OTLP_GRPC`` and ``LOG`` are refused at start. ``--metrics-port`` wins over these.
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = ""
+    metricsPromExporterPort: int = 5557
     brokerPermission: int = Perm.READ | Perm.WRITE
     autoCreateTopicEnable: bool = True
     autoCreateSubscriptionGroup: bool = True
@@ -91,6 +97,14 @@ class BrokerConfig:
     #: for, old spellings (``RENAMED_KEYS``, read under their new name too) and typos.
     #: ``unknown_key_warnings`` tells them apart for the report at start.
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        kind = self.metricsExporterType.upper()
+        if kind not in ("DISABLE", "PROM"):
+            supported = " (rocketq exports no OTLP or LOG)" if kind in ("OTLP_GRPC", "LOG") else ""
+            raise ValueError(f"metricsExporterType must be DISABLE or PROM{supported}, not "
+                             f"{self.metricsExporterType!r}")
+        self.metricsExporterType = kind
 
     @property
     def broker_addr(self) -> str:

@@ -190,6 +190,7 @@ class PullProcessor:
         status = result.status
         if status is GetStatus.FOUND:
             self.stats.get(result.message_count, topic, group, result.total_size)
+            self.stats.pull_offsets[(group, topic, queue_id)] = result.next_begin_offset
             response = cmd.response(ResponseCode.SUCCESS, {
                 "suggestWhichBrokerId": self._suggest(group_config, result),
                 "nextBeginOffset": result.next_begin_offset,

@@ -301,6 +301,7 @@ class SendProcessor:
                 16 if group is None else group.max_reconsume_times)
             if reconsume >= max_times:
                 # Retried too often: the message goes to the group's dead-letter queue.
+                self.stats.dlq(1, topic, topic[len(RETRY_GROUP_TOPIC_PREFIX):])
                 topic = dead_letter_topic(self.topics, topic[len(RETRY_GROUP_TOPIC_PREFIX):],
                                           self.topics_changed)
                 queue_id = 0

@@ -26,6 +26,8 @@ from ..remoting import Connection
 from ..store import MessageStoreConfig, StoreMessage
 from .config import BrokerConfig
 from .delay import to_schedule
+from .stats import Stats
+from .stats_items import SNDBCK_PUT_NUMS, topic_group_key
 from .subscription_groups import SubscriptionGroupTable
 from .topics import TopicTable
 
@@ -51,7 +53,8 @@ class SendBack:
                  store: Callable[[], MessageStore],
                  put: Callable[..., Awaitable[list[PutResult]]], topics: TopicTable,
                  subscription_groups: SubscriptionGroupTable,
-                 topics_changed: Callable[[], None], delayed: Callable[[], None]) -> None:
+                 topics_changed: Callable[[], None], delayed: Callable[[], None],
+                 stats: Stats) -> None:
         self.config = config
         self.store_config = store_config
         self._store = store  # the store exists once the broker has started
@@ -61,6 +64,11 @@ class SendBack:
         self.topics_changed = topics_changed
         #: Called once a delayed retry is stored: wakes the delivery of delayed messages.
         self.delayed = delayed
+        #: Messages sent back per (original topic, group): RocketMQ's SNDBCK_PUT_NUMS.
+        self.sent_back: dict[tuple[str, str], int] = {}
+        stats.items.watch(SNDBCK_PUT_NUMS, lambda: self.sent_back, topic_group_key)
+        #: Where messages sent to a dead-letter topic are counted (rocketmq_send_to_dlq_*).
+        self.stats = stats
 
     @property
     def store(self) -> MessageStore:
@@ -126,5 +134,9 @@ class SendBack:
             await self.put([message])
         except Exception as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"send back failed: {exc}")
+        key = (props[Property.RETRY_TOPIC], group)
+        self.sent_back[key] = self.sent_back.get(key, 0) + 1
+        if topic == dlq_topic(group):
+            self.stats.dlq(1, key[0], group)
         self.delayed()
         return cmd.response()

@@ -78,6 +78,14 @@ class SinkCommits:
         self._halves_read: int | None = None
         #: Half messages decoded by the last catch-up, by half queue offset.
         self._recent: dict[int, MessageRecord] = {}
+        #: SINK_COMMIT and SINK_ABORT requests per (sink, outcome: committed, decided_before,
+        #: refused, aborted), and the halves resolved per (sink, committed or rolled_back).
+        self.outcomes: dict[tuple[str, str], int] = {}
+        self.resolved: dict[tuple[str, str], int] = {}
+
+    @staticmethod
+    def _count(table: dict[tuple[str, str], int], sink: str, what: str, n: int = 1) -> None:
+        table[(sink, what)] = table.get((sink, what), 0) + n
 
     @property
     def store(self) -> MessageStore:
@@ -202,6 +210,8 @@ class SinkCommits:
         for offsets, committing in ((commit, True), (rollback, False)):
             if offsets:
                 await self.transactions.resolve_many(self._halves(offsets), committing)
+                self._count(self.resolved, key[0], "committed" if committing else "rolled_back",
+                            len(offsets))
         self._recent.clear()
         self._open(key)
         return len(commit), len(rollback)
@@ -251,6 +261,7 @@ class SinkCommits:
             if recorded is None:
                 problem = self._mismatch(key, decision)
                 if problem:
+                    self._count(self.outcomes, sink, "refused")
                     return cmd.response(ResponseCode.TRANSACTION_FAILED,
                                         remark=f"sink {sink} batch {batch} not committed: "
                                                f"{problem}")
@@ -260,6 +271,7 @@ class SinkCommits:
                 self._remember(sink, batch, decision)
                 self._ledger_read = self.store.get_max_offset(SINK_LEDGER_TOPIC, 0)
             committed, rolled_back = await self._apply(key, recorded or decision)
+        self._count(self.outcomes, sink, "committed" if recorded is None else "decided_before")
         log.debug("sink %s batch %s: %d committed, %d rolled back%s", sink, batch, committed,
                   rolled_back, " (decided before)" if recorded is not None else "")
         return cmd.response(ext_fields={
@@ -288,6 +300,7 @@ class SinkCommits:
             await self._caught_up()
             recorded = self.decisions.get(key[0], {}).get(key[1])
             committed, rolled_back = await self._apply(key, recorded or {})
+        self._count(self.outcomes, key[0], "aborted")
         return cmd.response(ext_fields={"committed": committed, "rolledBack": rolled_back})
 
     async def _orphan(self, half: MessageRecord) -> None:

@@ -14,12 +14,14 @@ import asyncio
 import os
 import shutil
 import time
+from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import __version__
 from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
 from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
+from .stats_items import BrokerStatsItems
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -29,6 +31,9 @@ SAMPLE_INTERVAL = 1.0
 MAX_SAMPLES = 10 * 60 + 1
 #: The windows of putTps, getTransferedTps and the other rates, in seconds.
 TPS_WINDOWS = (10, 60, 600)
+#: Upper bounds (bytes) of the message size histogram's buckets, RocketMQ's for
+#: rocketmq_message_size: 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB (and one past them).
+SIZE_BUCKETS = (1 << 10, 4 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)
 
 
 class Sample(NamedTuple):
@@ -59,6 +64,14 @@ class Stats:
         #: Messages and bytes handed out per (topic, consumer group).
         self.get_by_topic_group: dict[tuple[str, str], int] = {}
         self.get_bytes_by_topic_group: dict[tuple[str, str], int] = {}
+        #: Messages stored per topic by size, one count per SIZE_BUCKETS bucket and one for
+        #: larger ones (a put of several counts each at their average size, as RocketMQ's).
+        self.size_buckets: dict[str, list[int]] = {}
+        #: Messages sent to a dead-letter topic per (original topic, consumer group).
+        self.dlq_by_topic_group: dict[tuple[str, str], int] = {}
+        #: Where each (group, topic, queue id)'s pulls read next: messages between the
+        #: committed offset and this one are in flight at the consumer, the rest wait.
+        self.pull_offsets: dict[tuple[str, str, int], int] = {}
         #: The counters at the last midnight (local time) and the one before, as
         #: BrokerStats.record keeps them; 0 until the broker has seen a midnight.
         self.put_today_morning = self.put_yesterday_morning = 0
@@ -68,6 +81,8 @@ class Stats:
         self.loop_lag = 0.0
         self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
         self._day = time.localtime(self.started)[:3]
+        #: The minute, hour and day windows mqadmin's statsAll reads, fed by sample().
+        self.items = BrokerStatsItems(self)
         self.sample()
 
     def put(self, n: int, topic: str, size: int = 0) -> None:
@@ -75,6 +90,10 @@ class Stats:
         self.put_total += n
         self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + n
         self.put_bytes_by_topic[topic] = self.put_bytes_by_topic.get(topic, 0) + size
+        buckets = self.size_buckets.get(topic)
+        if buckets is None:
+            buckets = self.size_buckets[topic] = [0] * (len(SIZE_BUCKETS) + 1)
+        buckets[bisect_left(SIZE_BUCKETS, size // n if n > 1 else size)] += n
 
     def get(self, n: int, topic: str = "", group: str = "", size: int = 0) -> None:
         """A pull (or POP) of ``group`` found ``n`` messages of ``topic``, ``size`` bytes."""
@@ -88,6 +107,11 @@ class Stats:
         """A pull found no message."""
         self.get_miss += 1
 
+    def dlq(self, n: int, topic: str, group: str) -> None:
+        """``n`` messages of ``topic`` that ``group`` failed went to its dead-letter topic."""
+        key = (topic, group)
+        self.dlq_by_topic_group[key] = self.dlq_by_topic_group.get(key, 0) + n
+
     def now(self) -> Sample:
         """The counters as they are."""
         return Sample(time.monotonic(), self.put_total, self.get_total, self.get_found,
@@ -97,6 +121,7 @@ class Stats:
         """Record the counters; at the first sample of a new day, move the morning counters
         (BrokerStats.record runs at each midnight)."""
         self.samples.append(self.now())
+        self.items.sample(self.samples[-1].at)
         day = time.localtime(time.time() if wall is None else wall)[:3]
         if day != self._day:
             self._day = day

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from ..protocol import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand, RequestCode, ResponseCode
+from ..protocol.topic import SYS_GROUP_PREFIX, SYSTEM_GROUPS
 from ..remoting import Connection
 from .config import BrokerConfig
 from .offsets import ConsumerOffsets
@@ -34,14 +35,6 @@ GROUP_MAX_LENGTH = 255
 _LEGAL = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 #: The most queues a retry topic may have: the bound rocketq puts on any topic's queues.
 MAX_RETRY_QUEUES = MAX_QUEUE_NUMS
-#: Groups with this prefix are created on first use even when autoCreateSubscriptionGroup is
-#: false (RocketMQ's MixAll.isSysConsumerGroup).
-SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
-
-#: Groups RocketMQ's SubscriptionGroupManager creates at start (tools, the ONS HTTP proxy).
-SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
-                 "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
-                 "CID_ONSAPI_OWNER", "CID_SYS_RMQ_TRANS")
 
 
 class GroupConfigError(ValueError):

@@ -5,6 +5,7 @@
     rocketq broker -c broker.conf
     rocketq admin topic list --namesrv 127.0.0.1:9876
     rocketq bench produce --start-broker --mode async --count 100000
+    rocketq dashboard --namesrv 127.0.0.1:9876 --port 8080
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "namesrvAddr": getattr(args, "namesrv", None),
         "listenPort": getattr(args, "broker_port", None),
         "grpcServerPort": getattr(args, "grpc_port", None),
+        # --metrics-port turns the Prometheus exporter on, whatever the file says.
+        "metricsExporterType": "PROM" if getattr(args, "metrics_port", None) is not None
+        else None,
+        "metricsPromExporterPort": getattr(args, "metrics_port", None),
+        "metricsPromExporterHost": getattr(args, "metrics_host", None),
         "brokerName": getattr(args, "broker_name", None),
         "brokerClusterName": getattr(args, "cluster", None),
         "storePathRootDir": getattr(args, "data_dir", None),
@@ -167,6 +173,7 @@ def _namesrv_security(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _run_namesrv(args: argparse.Namespace) -> None:
     from ..namesrv import NameServer
+    from .metrics import _metrics_note, _serve_metrics, _stop_all
 
     stop = _stop_on_signal()
     ns = NameServer(args.host, args.port, **_namesrv_security(args))
@@ -182,15 +189,19 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
         with _listening("NameServer"):
             await ns.start()
     except BaseException:
-        if controller is not None:
-            await controller.stop()
+        await _stop_all(controller)
+        raise
+    try:
+        metrics = await _serve_metrics(args.metrics_host or args.host, args.metrics_port,
+                                       namesrv=ns, controller=controller)
+    except BaseException:
+        await _stop_all(controller, ns)
         raise
     print(f"NameServer listening on {ns.address}"
-          + (f", controller on {controller.address}" if controller else ""), flush=True)
+          + (f", controller on {controller.address}" if controller else "")
+          + _metrics_note(metrics), flush=True)
     await stop.wait()
-    if controller is not None:
-        await controller.stop()
-    await ns.stop()
+    await _stop_all(metrics, controller, ns)
 
 
 def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
@@ -208,19 +219,29 @@ def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
+    from .metrics import _metrics_note, _serve_metrics, _stop_all
+
     stop = _stop_on_signal()
     controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd)
     with _listening("controller"):
         await controller.start()
+    try:
+        metrics = await _serve_metrics(args.metrics_host or args.host, args.metrics_port,
+                                       controller=controller)
+    except BaseException:
+        await controller.stop()
+        raise
     how = f"etcd {args.etcd}" if args.etcd else f"Raft peers: {args.peers or 'none'}"
-    print(f"Controller listening on {controller.address} ({how})", flush=True)
+    print(f"Controller listening on {controller.address} ({how}){_metrics_note(metrics)}",
+          flush=True)
     await stop.wait()
-    await controller.stop()
+    await _stop_all(metrics, controller)
 
 
 async def _run_broker(args: argparse.Namespace) -> None:
     from ..broker import Broker, load_broker_conf
     from ..store.lock import StoreLock
+    from .metrics import _broker_metrics, _metrics_note, _serve_metrics, _stop_all
 
     stop = _stop_on_signal()
     config, store_config = load_broker_conf(args.config, **_broker_overrides(args))
@@ -234,12 +255,16 @@ async def _run_broker(args: argparse.Namespace) -> None:
     with _listening("broker"):
         await broker.start()
     grpc = await _serve_grpc(broker)
+    try:
+        metrics = await _serve_metrics(*_broker_metrics(broker.config), brokers=(broker,))
+    except BaseException:
+        await _stop_all(grpc, broker)
+        raise
     print(f"Broker {broker.config.brokerName} listening on {broker.address}"
-          f"{_grpc_note(grpc)} (NameServer {broker.config.namesrvAddr})", flush=True)
+          f"{_grpc_note(grpc)}{_metrics_note(metrics)} (NameServer "
+          f"{broker.config.namesrvAddr})", flush=True)
     await stop.wait()
-    if grpc is not None:
-        await grpc.stop()
-    await broker.stop()
+    await _stop_all(metrics, grpc, broker)
 
 
 async def _run_standalone(args: argparse.Namespace) -> None:
@@ -247,6 +272,7 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     from ..broker.security import acl_file, tls_settings
     from ..namesrv import NameServer
     from ..store.lock import StoreLock
+    from .metrics import _broker_metrics, _metrics_note, _serve_metrics, _stop_all
 
     stop = _stop_on_signal()
     overrides = _broker_overrides(args)
@@ -255,6 +281,10 @@ async def _run_standalone(args: argparse.Namespace) -> None:
         overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
     config, store_config = load_broker_conf(args.config, **overrides)
     _grpc_port_default(args, config)
+    if args.dashboard_port is not None:  # with the ACL on, the dashboard needs its logins
+        from .dashboard import refuse_unguarded
+
+        refuse_unguarded(config.aclEnable, args.dashboard_users, "--dashboard-users")
     # The store's lock before anything listens: a second standalone on the same data
     # directory (the default one, say) stops here, and the first one goes on undisturbed.
     lock = StoreLock.acquire(store_config.storePathRootDir,
@@ -275,10 +305,19 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     except BaseException:
         await ns.stop()
         raise
+    try:
+        # One port for the process: the NameServer and the master (not the slaves: they
+        # share the master's labels, and its replication metrics cover them).
+        metrics = await _serve_metrics(*_broker_metrics(broker.config), brokers=(broker,),
+                                       namesrv=ns)
+    except BaseException:
+        await _stop_all(grpc, broker, ns)
+        raise
     brokers = [broker]
+    dashboard = None
     print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
           f"{broker.config.brokerName} {broker.address}{_grpc_note(grpc)}, data in "
-          f"{broker.store_config.storePathRootDir}", flush=True)
+          f"{broker.store_config.storePathRootDir}{_metrics_note(metrics)}", flush=True)
     try:
         for i in range(1, args.slaves + 1):
             # Each slave: its own store beside the master's, its own ports, the master's name.
@@ -293,12 +332,16 @@ async def _run_standalone(args: argparse.Namespace) -> None:
             brokers.append(slave)
             print(f"slave {i} of {broker.config.brokerName}: {slave.address}, data in "
                   f"{slave.store_config.storePathRootDir}", flush=True)
+        from .dashboard import start_for_standalone
+
+        dashboard = await start_for_standalone(args, broker, ns.address)
         print(f"connect clients with namesrv=\"{ns.address}\"; Ctrl-C stops", flush=True)
         await stop.wait()
         print("stopping...", flush=True)
     finally:
-        if grpc is not None:
-            await grpc.stop()
+        if dashboard is not None:
+            await dashboard.stop()
+        await _stop_all(metrics, grpc)
         for b in reversed(brokers):
             await b.stop()
         await ns.stop()
@@ -335,6 +378,8 @@ def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | N
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .metrics import metrics_options
+
     parser = Parser(
         prog="rocketq", description="rocketq: a RocketMQ-compatible message queue in Python.")
     parser.add_argument("--version", action="version", version=f"rocketq {__version__}")
@@ -360,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--controller-data-dir", help="with --enable-controller: the Raft journal")
     p.add_argument("--etcd", metavar="URL", help="with --enable-controller: keep the state in "
                                                  "etcd instead of Raft")
+    metrics_options(p, "--host")
     p.set_defaults(func=_run_namesrv)
 
     p = sub.add_parser("controller", help="run a controller node (automatic failover)")
@@ -372,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etcd", metavar="URL",
                    help="keep the state in etcd (e.g. http://127.0.0.1:2379) instead of Raft "
                         "among the controllers")
+    metrics_options(p, "--host")
     p.set_defaults(func=_run_controller)
 
     def broker_options(p: argparse.ArgumentParser, standalone: bool) -> None:
@@ -390,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--acl-file", metavar="PATH",
                        help="check requests against this plain_acl.yml (turns aclEnable on; "
                             "default file: <data dir>/config/plain_acl.yml)")
+        metrics_options(p, "brokerIP1", keys=True)
 
     p = sub.add_parser("broker", help="run a Broker")
     broker_options(p, standalone=False)
@@ -406,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-master", action="store_true",
                    help="with --slaves: answer sends once a slave holds them (SYNC_MASTER)")
     broker_options(p, standalone=True)
+    from .dashboard import add_dashboard_parser, add_standalone_options
+
+    add_standalone_options(p)
     p.set_defaults(func=_run_standalone)
 
     from .admin import add_admin_parser
@@ -415,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_parser(sub)
     add_admin_parser(sub)
     add_bench_parser(sub)
+    add_dashboard_parser(sub)
     return parser
 
 

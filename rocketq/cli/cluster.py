@@ -28,12 +28,15 @@ ELECTION_WAIT = 20.0
 WATCH_INTERVAL = 1.0
 
 
-def free_port(pair: bool = False) -> int:
-    """A free loopback port (with ``pair``, one whose next port is free too)."""
+def free_port(pair: bool = False, avoid: frozenset[int] = frozenset()) -> int:
+    """A free loopback port (with ``pair``, one whose next port is free too), none of
+    ``avoid`` (ports promised to the children's gRPC or metrics ports)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+            if port in avoid or (pair and port + 1 in avoid):
+                continue
             if not pair:
                 return port
             with socket.socket() as t:
@@ -208,40 +211,48 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
     watch: MasterWatch | None = None
     try:
         namesrv = f"127.0.0.1:{args.namesrv_port}"
+        # --metrics-port: the NameServer's, the controller's the next, then the brokers'.
+        metrics = args.metrics_port
         children.append(Child("NameServer", await _spawn(
-            ["namesrv", "--port", str(args.namesrv_port)], os.path.join(data, "namesrv.log")),
-            essential=True, port=args.namesrv_port))
-        controller_port = args.controller_port or free_port(pair=True)
+            ["namesrv", "--port", str(args.namesrv_port), *metrics_args(metrics, 0)],
+            os.path.join(data, "namesrv.log")), essential=True, port=args.namesrv_port))
+        children_count = 2 + args.groups * args.replicas
+        promised = frozenset(range(metrics, metrics + children_count)) if metrics else frozenset()
+        controller_port = args.controller_port or free_port(pair=True, avoid=promised)
         controller = f"127.0.0.1:{controller_port}"
         children.append(Child("controller", await _spawn(
             ["controller", "--port", str(controller_port),
-             "--data-dir", os.path.join(data, "controller")],
+             "--data-dir", os.path.join(data, "controller"), *metrics_args(metrics, 1)],
             os.path.join(data, "controller.log")), essential=True, port=controller_port))
-        print(f"NameServer {namesrv}\nController {controller}", flush=True)
+        print(f"NameServer {namesrv}{metrics_note(metrics, 0)}\nController {controller}"
+              f"{metrics_note(metrics, 1)}", flush=True)
         grpc_base = grpc_port_base(args)
         index = 0
         for name in group_names(args.groups):
             for replica in range(args.replicas):
                 grpc_port = grpc_base + index if grpc_base else 0
+                metrics_conf = (f"metricsExporterType=PROM\nmetricsPromExporterPort="
+                                f"{metrics + 2 + index}\n" if metrics is not None else "")
+                metrics_text = metrics_note(metrics, 2 + index)
                 index += 1
                 root = os.path.join(data, f"{name}-{replica}")
                 os.makedirs(root, exist_ok=True)
                 conf = os.path.join(root, "broker.conf")
-                port = free_port()
+                port = free_port(pair=True, avoid=promised)  # haListenPort: port + 1
                 with open(conf, "w") as fh:
                     fh.write(f"brokerClusterName=DefaultCluster\nbrokerName={name}\n"
                              f"namesrvAddr={namesrv}\nlistenPort={port}\nhaListenPort=0\n"
                              f"storePathRootDir={root}\nenableControllerMode=true\n"
                              f"controllerAddr={controller}\nallAckInSyncStateSet=true\n"
-                             f"grpcServerPort={grpc_port}\n")
+                             f"grpcServerPort={grpc_port}\n{metrics_conf}")
                     if args.config:
                         with open(args.config) as extra:
                             fh.write(extra.read())
                 proc = await _spawn(["broker", "-c", conf], os.path.join(root, "broker.log"))
                 children.append(Child(f"{name} replica {replica}", proc, port=port))
                 grpc_note = f", gRPC 127.0.0.1:{grpc_port}" if grpc_port else ""
-                print(f"{name} replica {replica}: 127.0.0.1:{port}{grpc_note} (pid {proc.pid}, "
-                      f"data {root})", flush=True)
+                print(f"{name} replica {replica}: 127.0.0.1:{port}{grpc_note}{metrics_text} "
+                      f"(pid {proc.pid}, data {root})", flush=True)
         watch = MasterWatch(namesrv, group_names(args.groups), children[2:])
         await watch.first()
         print(f"connect clients with namesrv=\"{namesrv}\"; Ctrl-C stops all", flush=True)
@@ -261,6 +272,15 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                     proc.kill()
                     await proc.wait()
         lock.release()
+
+
+def metrics_args(base: int | None, index: int) -> list[str]:
+    """A child's ``--metrics-port``: ``base`` plus its index (none without a base)."""
+    return [] if base is None else ["--metrics-port", str(base + index)]
+
+
+def metrics_note(base: int | None, index: int) -> str:
+    return "" if base is None else f", metrics http://127.0.0.1:{base + index}/metrics"
 
 
 def grpc_port_base(args: argparse.Namespace) -> int:
@@ -285,6 +305,9 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grpc-port", type=int,
                    help="the first broker's gRPC port for RocketMQ 5.x clients; the others "
                         "take the next ones (default 8081, or ROCKETQ_GRPC_PORT; 0: none)")
+    p.add_argument("--metrics-port", type=int, metavar="BASE",
+                   help="serve Prometheus metrics: the NameServer on BASE, the controller on "
+                        "BASE+1, broker i (from 0) on BASE+2+i (default: off)")
     p.add_argument("-c", "--config", help="broker.conf lines added to every broker's")
     p.set_defaults(func=_run)
 
@@ -294,4 +317,8 @@ async def _run(args: argparse.Namespace) -> None:
 
     if args.replicas < 1 or args.groups < 1:
         raise ValueError("--replicas and --groups must be at least 1")
+    if args.metrics_port is not None and not 0 < args.metrics_port < 65536 - 2 - (
+            args.groups * args.replicas):
+        raise ValueError("--metrics-port is the first of consecutive ports (one per child): "
+                         f"not {args.metrics_port}")
     await run_cluster(args, _stop_on_signal())

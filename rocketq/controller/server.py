@@ -63,6 +63,9 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._warned: set[tuple[str, int]] = set()
         self._started = time.monotonic()
+        #: Elections this node decided, per (group, result): new_master_elected,
+        #: keep_current_master (asked while the master holds on), no_master_elected.
+        self.elections: dict[tuple[str, str], int] = {}
         self._handlers = {
             RequestCode.BROKER_HEARTBEAT: self.heartbeat,
             RequestCode.CONTROLLER_REGISTER_BROKER: self.register_broker,
@@ -99,6 +102,9 @@ class Controller:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                 remark=f"request type {cmd.code} not supported")
         return handler(cmd)
+
+    def _count_election(self, group: str, result: str) -> None:
+        self.elections[(group, result)] = self.elections.get((group, result), 0) + 1
 
     def _not_leader(self, cmd: RemotingCommand) -> RemotingCommand | None:
         if self.engine.is_leader():
@@ -209,6 +215,7 @@ class Controller:
         now = _now_ms()
         if group.master_id is not None and (now < group.lease_until_ms
                                             or self._alive(name, group.master_id, now)):
+            self._count_election(name, "keep_current_master")
             return self._answer(cmd, group.info(), ResponseCode.CONTROLLER_MASTER_STILL_EXIST)
         held = cmd.int_field("epoch", 0)
         if held >= JAVA_LONG_MAX:
@@ -232,11 +239,14 @@ class Controller:
             choice = choose_master(group, self._live(name, now),
                                    self.config.enableElectUncleanMaster)
         if choice is None or choice not in group.brokers:
+            self._count_election(name, "no_master_elected")
             return cmd.response(ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
                                 remark=f"no live broker of {name} in its SyncStateSet")
         answer = await self._commit(cmd, {
             "op": "elect", "group": name, "master_id": choice, "now_ms": now,
             "lease_ms": self.config.masterLeaseMillis, "min_epoch": max(held, 0)})
+        self._count_election(name, "new_master_elected" if answer.code == ResponseCode.SUCCESS
+                             else "no_master_elected")
         if answer.code == ResponseCode.SUCCESS:
             self._notify(name)
         return answer
@@ -345,6 +355,7 @@ class Controller:
         if choice is None:
             if (name, group.master_epoch) not in self._warned:
                 self._warned.add((name, group.master_epoch))
+                self._count_election(name, "no_master_elected")  # once per epoch, as logged
                 log.warning("master %d of %s is gone and nobody in its SyncStateSet %s is "
                             "alive: no election", group.master_id, name,
                             sorted(group.sync_state_set))
@@ -352,6 +363,8 @@ class Controller:
         result = await self.engine.propose({
             "op": "elect", "group": name, "master_id": choice, "now_ms": now,
             "lease_ms": self.config.masterLeaseMillis})
+        self._count_election(name, "no_master_elected" if "error" in result
+                             else "new_master_elected")
         if "error" not in result:
             log.info("broker %d elected master of %s, epoch %d", choice, name,
                      result["masterEpoch"])

@@ -13,6 +13,8 @@ import contextlib
 import logging
 import threading
 import time
+from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable
 from typing import cast
 
@@ -24,6 +26,11 @@ log = logging.getLogger("rocketq.ha")
 
 #: Stop writing to a slave while this much is queued for its socket.
 _HIGH_WATER = 4 << 20
+#: How often the master notes where an append started and when (at most once per this many
+#: seconds), and how many notes it keeps: 10 minutes of steady appends. They date what a
+#: slave lacks (``HAServer.lag_seconds``) to within the interval.
+APPEND_MARK_INTERVAL = 0.1
+APPEND_MARKS = 6000
 
 
 class HAConnection(asyncio.Protocol):
@@ -195,6 +202,10 @@ class HAServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._ack_waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        #: (where an append started, time.monotonic()), one per APPEND_MARK_INTERVAL.
+        self.append_marks: deque[tuple[int, float]] = deque(maxlen=APPEND_MARKS)
+        self._started = time.monotonic()
+        self._last_end = store.commitlog.max_offset
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -228,6 +239,7 @@ class HAServer:
         """Close every slave's link (this broker stopped being master) and release waiting
         sends; the port stays open but turns slaves away until ``serving`` is set again."""
         self.serving = False
+        self.append_marks.clear()  # a log cut back as a slave's would make them lie
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
@@ -238,6 +250,14 @@ class HAServer:
 
     def _on_append(self, end: int) -> None:
         """New CommitLog bytes: wake the links (on the loop's thread, whoever appended)."""
+        now = time.monotonic()
+        marks = self.append_marks
+        if end < self._last_end:  # the log was cut back (a demoted master's tail)
+            marks.clear()
+            self._last_end = 0
+        if not marks or now - marks[-1][1] >= APPEND_MARK_INTERVAL:
+            marks.append((self._last_end, now))
+        self._last_end = end
         if threading.get_ident() == self._loop_thread:
             self._wake_all()
         elif self._loop is not None:
@@ -301,6 +321,24 @@ class HAServer:
         now = time.monotonic()
         return {c.broker_id for c in self.connections
                 if c.broker_id is not None and now - c.caught_up_at <= max_lag}
+
+    def lag_seconds(self, offset: int) -> float:
+        """How long ago the master appended the first byte past ``offset`` (what a slave
+        that holds up to ``offset`` lacks first): 0 when nothing is past it.
+
+        The append that wrote it is the last one marked as starting at or before it, or an
+        append after that one and within APPEND_MARK_INTERVAL of it (a later one would have
+        been marked): the age of that mark is the answer, high by less than the interval.
+        Older than every mark kept, it is the oldest mark's age (a lower bound)."""
+        if offset >= self.store.commitlog.max_offset:
+            return 0.0
+        marks = list(self.append_marks)
+        i = bisect_right(marks, offset, key=lambda mark: mark[0])
+        if i == 0:
+            appended = marks[0][1] if marks else self._started
+        else:
+            appended = marks[i - 1][1]
+        return max(0.0, time.monotonic() - appended)
 
     def slave_caught_up(self, offset: int) -> bool:
         """Whether a connected slave is within ``haSlaveFallbehindMax`` of ``offset``

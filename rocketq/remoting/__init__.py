@@ -18,6 +18,7 @@ from .connection import (
     ConnectionClosedError,
     ConnectTimeoutError,
     Handler,
+    Observer,
     RemotingError,
     RemotingTimeoutError,
     Signer,
@@ -30,7 +31,7 @@ T = TypeVar("T")
 
 __all__ = [
     "ConnectFailedError", "ConnectTimeoutError", "Connection", "ConnectionClosedError",
-    "Handler", "RemotingClient", "RemotingError",
+    "Handler", "Observer", "RemotingClient", "RemotingError",
     "RemotingServer", "RemotingTimeoutError", "Signer", "TlsSettings", "cancel_tasks",
     "client_context", "parse_address", "run",
 ]
@@ -102,6 +103,8 @@ class RemotingServer:
         self.max_frame = max_frame
         self.on_close = on_close
         self.connections: set[Connection] = set()
+        #: Told of every request answered (see ``Observer``); set with ``set_observer``.
+        self.observer: Observer | None = None
         self._server: Listener | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
@@ -126,8 +129,16 @@ class RemotingServer:
 
     def _make_connection(self) -> Connection:
         conn = Connection(self.handler, max_frame=self.max_frame, on_close=self._closed)
+        conn.observer = self.observer
         self.connections.add(conn)
         return conn
+
+    def set_observer(self, observer: Observer | None) -> None:
+        """Time every request this server answers from now on (``observer`` is told of
+        each), or stop with None; connections already open follow at once."""
+        self.observer = observer
+        for conn in self.connections:
+            conn.observer = observer
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,13 @@ HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 #: Adds a signature to a request about to be sent (ACL credentials).
 Signer = Callable[[RemotingCommand], None]
+#: Told of each request a server's connection answered: its request code, the response code,
+#: the seconds from its arrival to its answer being written, whether the handler held it
+#: (returned an awaitable, as a long-polled pull), and whether the connection was open.
+Observer = Callable[[int, int, float, bool, bool], None]
+#: Requests timed at once on one connection while an observer is set; past this many (answers
+#: that never come), the timings start over.
+MAX_TIMED = 4096
 
 
 class RemotingError(ClientError):
@@ -92,6 +100,10 @@ class Connection(asyncio.Protocol):
         self.more_to_serve = False
         self._deadlines: dict[int, float] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        #: Set by the server when a metrics exporter watches it; None costs one check.
+        self.observer: Observer | None = None
+        #: opaque -> [request code, arrival (perf_counter), held], while an observer is set.
+        self._timed: dict[int, list[Any]] = {}
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -173,6 +185,10 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ serving
     def _dispatch(self, cmd: RemotingCommand) -> None:
         handler = self.handler
+        if self.observer is not None and not cmd.flag & FLAG_ONEWAY:
+            if len(self._timed) >= MAX_TIMED:
+                self._timed.clear()
+            self._timed[cmd.opaque] = [cmd.code, time.perf_counter(), False]
         if handler is None:
             if not cmd.is_oneway:
                 self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -189,6 +205,8 @@ class Connection(asyncio.Protocol):
             if not cmd.flag & FLAG_ONEWAY:
                 self._answer(cmd, result)
         elif inspect.isawaitable(result):
+            if self.observer is not None and cmd.opaque in self._timed:
+                self._timed[cmd.opaque][2] = True
             task = self.loop.create_task(self._finish(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -235,12 +253,26 @@ class Connection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write a command (a response, or a request whose answer nobody awaits)."""
+        if self.observer is not None and cmd.flag & 1:
+            self._observe(cmd)
         if self.is_open:
             assert self.transport is not None
             if cmd.body_parts is not None:
                 self.send_with_body(cmd, cmd.body_parts)
             else:
                 self._write(encode(cmd))
+
+    def _observe(self, response: RemotingCommand) -> None:
+        """Tell the observer how the request ``response`` answers went."""
+        timed = self._timed.pop(response.opaque, None)
+        if timed is None or self.observer is None:
+            return
+        try:
+            self.observer(timed[0], response.code, time.perf_counter() - timed[1], timed[2],
+                          self.is_open)
+        except Exception:
+            log.exception("the request observer failed; it is removed")
+            self.observer = None
 
     def send_with_body(self, cmd: RemotingCommand, parts: Sequence[bytes | memoryview]) -> None:
         """Write a command whose body is ``parts`` back to back, without joining them."""
