@@ -34,6 +34,7 @@ them. The child goes away with the test process, even one killed with SIGKILL (i
 a pipe from it, and on Linux also asks the kernel for a signal when it dies), and takes its
 directory with it. Importing this module costs next to nothing: pytest loads it in every
 run of every project where rocketq is installed (``-p no:rocketq`` leaves it out).
+Without pytest installed, :func:`broker` works as well; the fixtures are then not defined.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import pytest
+try:
+    import pytest
+except ImportError:  # a test extra only: broker() serves code that runs without it
+    pytest = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from .client import ReceivedMessage
@@ -404,21 +408,21 @@ def broker(*, grpc: bool = False, conf: Mapping[str, Any] | None = None) -> Loca
     return LocalBroker(grpc=grpc, conf=conf)
 
 
-@pytest.fixture(scope="session")
-def rocketq_broker() -> Iterator[LocalBroker]:
-    """A NameServer and Broker for the whole test session (see :func:`broker`): tests share
-    it, so each should use topics and groups of its own. ``rocketq_broker_function`` gives
-    a test a broker of its own."""
-    with broker() as b:
-        yield b
+__all__ = ["BrokerStartError", "LocalBroker", "broker"]
 
+if pytest is not None:
+    @pytest.fixture(scope="session")
+    def rocketq_broker() -> Iterator[LocalBroker]:
+        """A NameServer and Broker for the whole test session (see :func:`broker`): tests
+        share it, so each should use topics and groups of its own.
+        ``rocketq_broker_function`` gives a test a broker of its own."""
+        with broker() as b:
+            yield b
 
-@pytest.fixture
-def rocketq_broker_function() -> Iterator[LocalBroker]:
-    """A NameServer and Broker for one test, stopped after it (see :func:`broker`)."""
-    with broker() as b:
-        yield b
+    @pytest.fixture
+    def rocketq_broker_function() -> Iterator[LocalBroker]:
+        """A NameServer and Broker for one test, stopped after it (see :func:`broker`)."""
+        with broker() as b:
+            yield b
 
-
-__all__ = ["BrokerStartError", "LocalBroker", "broker", "rocketq_broker",
-           "rocketq_broker_function"]
+    __all__ += ["rocketq_broker", "rocketq_broker_function"]

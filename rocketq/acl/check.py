@@ -4,7 +4,9 @@ request before serving it (RocketMQ's PlainAccessValidator, PlainPermissionManag
 The order is RocketMQ's: a globally white-listed address passes; otherwise the request must
 name a known AccessKey; an address white-listed for that account passes; otherwise the
 signature must be right, admin codes need an admin account, and every topic and group the
-request touches needs its permission.
+request touches needs its permission. Except for the ACL's own requests (``ACL_CODES``): they
+can rewrite the accounts and read every secret key, so they need a signed admin account from
+any address, white-listed or not.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ BROKER_ADMIN_CODES = frozenset({
     RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
     # The ACL's own, reading the accounts (with their secret keys) included.
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_INFO, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
+})
+#: The ACL admin requests: always a signed admin account, the white lists notwithstanding.
+ACL_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG,
     RequestCode.GET_BROKER_CLUSTER_ACL_INFO, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
     RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
@@ -202,39 +210,49 @@ class AccessControl:
     def check(self, cmd: RemotingCommand, host: str) -> None:
         """Raise AccessDenied unless the request from ``host`` may be served."""
         signed = cmd.ext_fields.get(SIGNATURE)
+        always_signed = cmd.code in ACL_CODES
         self.check_access(host, cmd.ext_fields.get(ACCESS_KEY), signed,
-                          lambda secret: verify(secret, cmd), cmd.code in self.admin_codes,
-                          f"request code={cmd.code}", lambda: needed_perms(cmd))
+                          lambda secret: verify(secret, cmd),
+                          always_signed or cmd.code in self.admin_codes,
+                          f"request code={cmd.code}", lambda: needed_perms(cmd),
+                          always_signed=always_signed)
 
     def check_access(self, host: str, access_key: str | None, signed: str | None,
                      verify_with: Callable[[str], bool], admin: bool, what: str,
-                     perms: Callable[[], Iterable[tuple[str, bool, int]]]) -> None:
+                     perms: Callable[[], Iterable[tuple[str, bool, int]]], *,
+                     always_signed: bool = False) -> None:
         """The check of any request, whatever carries it (a remoting command, a gRPC call):
         from ``host``, by ``access_key``, carrying the signature ``signed`` that
         ``verify_with(secret key)`` checks, needing an admin account when ``admin``, and
         ``perms()``: ``(name, is_group, permission)`` of each topic and group it touches.
+        With ``always_signed`` no white list lets it skip the signature and admin checks.
         Raises AccessDenied."""
         try:
-            self._check_access(host, access_key, signed, verify_with, admin, what, perms)
+            self._check_access(host, access_key, signed, verify_with, admin, what, perms,
+                               always_signed)
         except AccessDenied as exc:
             self.refused[exc.reason] = self.refused.get(exc.reason, 0) + 1
             raise
 
     def _check_access(self, host: str, access_key: str | None, signed: str | None,
                       verify_with: Callable[[str], bool], admin: bool, what: str,
-                      perms: Callable[[], Iterable[tuple[str, bool, int]]]) -> None:
+                      perms: Callable[[], Iterable[tuple[str, bool, int]]],
+                      always_signed: bool) -> None:
         acl = self.acl
-        for pattern in acl.global_white:
-            if pattern.matches(host):
-                return
+        if not always_signed:
+            for pattern in acl.global_white:
+                if pattern.matches(host):
+                    return
         if not access_key:
+            hint = (" of an admin account (no white list passes the ACL's own requests)"
+                    if always_signed else "")
             raise AccessDenied("the request is not signed (no AccessKey): give the client "
-                               "credentials", "unsigned")
+                               f"credentials{hint}", "unsigned")
         account = acl.accounts.get(access_key)
         if account is None:
             raise AccessDenied(f"No acl config for {access_key}: unknown AccessKey",
                                "unknown_access_key")
-        if account.white_remote_address.matches(host):
+        if not always_signed and account.white_remote_address.matches(host):
             return
         if not signed:
             raise AccessDenied(f"the request of accessKey={access_key} carries no Signature",

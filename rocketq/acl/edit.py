@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .plain import ACCOUNT_KEYS, AclConfigError, parse_plain_acl
+from .plain import ACCOUNT_KEYS, AclConfigError, parse_plain_acl, yaml_problem
 
 #: Permission words RocketMQ's Permission.checkResourcePerms accepts.
 PERM_WORDS = ("DENY", "PUB", "SUB", "PUB|SUB", "SUB|PUB")
@@ -27,12 +27,25 @@ class AclUpdateError(ValueError):
     """A change to the ACL file that cannot be made; the message says why."""
 
 
+class AclFileError(ValueError):
+    """The ACL file cannot be read as YAML; the message says where, and quotes none of it."""
+
+
 def read_acl_data(path: str) -> dict[str, Any]:
-    """The YAML mapping of the ACL file (empty if the file is empty)."""
+    """The YAML mapping of the ACL file (empty if the file is empty). Raises OSError if it
+    cannot be read, AclFileError if it is not YAML (UTF-8 text nested at most as deep as
+    PyYAML reads), AclUpdateError if it is not a mapping."""
     import yaml
 
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise AclFileError(yaml_problem(os.path.basename(path), exc)) from None
+    except UnicodeDecodeError:
+        raise AclFileError(f"{os.path.basename(path)} is not UTF-8 text") from None
+    except RecursionError:
+        raise AclFileError(f"{os.path.basename(path)} nests too deeply to be read") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -267,6 +267,15 @@ def _warn_unknown_keys(entry: Mapping[Any, Any], known: tuple[str, ...], where: 
         warnings.append(line)
 
 
+def yaml_problem(name: str, exc: Exception) -> str:
+    """``NAME is not valid YAML at line L, column C``: where PyYAML stopped, and nothing of
+    its message, which quotes the line (a secretKey, it may be)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is None:
+        return f"{name} is not valid YAML"
+    return f"{name} is not valid YAML at line {mark.line + 1}, column {mark.column + 1}"
+
+
 def load_plain_acl(path: str | os.PathLike[str]) -> PlainAcl:
     """Read and check a ``plain_acl.yml``; AclConfigError says what is wrong with it."""
     import yaml
@@ -278,7 +287,7 @@ def load_plain_acl(path: str | os.PathLike[str]) -> PlainAcl:
         raise AclConfigError(f"cannot read the ACL file {os.fspath(path)}: "
                              f"{exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise AclConfigError(f"{os.fspath(path)} is not valid YAML: {exc}") from None
+        raise AclConfigError(yaml_problem(os.fspath(path), exc)) from None
     except UnicodeDecodeError as exc:
         raise AclConfigError(f"{os.fspath(path)} is not UTF-8 text: {exc}") from None
     except RecursionError:  # PyYAML composes nested collections recursively

@@ -15,11 +15,16 @@ white list replaced, and the file's accounts and version read.
 
 The broker reloads the file when it changes, so writing the file is the update
 (``acl/edit.py``); it is also reloaded at once here, so that the answer means the change is in
-force. A broker without ``aclEnable`` refuses them all: it has no accounts to change.
+force. The file is read, changed and written (with its fsync) on a worker thread, one change
+at a time, so that the event loop goes on serving meanwhile. A file broken by hand is
+reported by where it stops being YAML, never by its text (which may hold secret keys). A
+broker without ``aclEnable`` refuses them all: it has no accounts to change. Only a signed
+admin account may send them, from any address (``acl/check.py`` ``ACL_CODES``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -72,6 +77,7 @@ class AclRequests:
         self.acl = acl
         self.config = config
         self.address = address  # the broker's address, once it listens
+        self._changing = asyncio.Lock()  # one read-change-write of the file at a time
 
     def handlers(self) -> dict[int, Handler]:
         """The request handlers to add to the broker's table."""
@@ -86,26 +92,32 @@ class AclRequests:
                                          "(aclEnable=false): it has no accounts to read or "
                                          "change")
 
-    def _change(self, cmd: RemotingCommand, failed: int, what: str,
-                change: Callable[[dict[str, Any]], dict[str, Any]]) -> RemotingCommand:
+    async def _change(self, cmd: RemotingCommand, failed: int, what: str,
+                      change: Callable[[dict[str, Any]], dict[str, Any]]) -> RemotingCommand:
         """Read the file, apply ``change``, write it and take it up; a refusal is answered
         ``failed`` with the reason, and leaves the file as it was."""
         acl = self.acl
         if acl is None:
             return self._off(cmd, failed)
-        try:
-            write_acl_data(acl.path, change(read_acl_data(acl.path)))
-        except AclUpdateError as exc:
-            return cmd.response(failed, remark=f"{what} refused: {exc}")
-        except (OSError, ValueError) as exc:
-            log.error("%s: %s cannot be changed: %s", what, acl.path, exc)
-            return cmd.response(failed, remark=f"{what} failed, the ACL file is unchanged: "
-                                               f"{exc}")
-        acl.reload_if_changed()
-        log.info("%s (%s)", what, acl.path)
+        path = acl.path
+
+        def rewrite() -> None:
+            write_acl_data(path, change(read_acl_data(path)))
+
+        async with self._changing:
+            try:
+                await asyncio.to_thread(rewrite)
+            except AclUpdateError as exc:
+                return cmd.response(failed, remark=f"{what} refused: {exc}")
+            except (OSError, ValueError) as exc:  # AclFileError's words quote nothing of it
+                log.error("%s: %s cannot be changed: %s", what, path, exc)
+                return cmd.response(failed, remark=f"{what} failed, the ACL file is "
+                                                   f"unchanged: {exc}")
+            acl.reload_if_changed()
+        log.info("%s (%s)", what, path)
         return cmd.response()
 
-    def update_account(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def update_account(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UPDATE_AND_CREATE_ACL_CONFIG: create the account, or change the fields given."""
         ext = cmd.ext_fields
         access_key = ext.get("accessKey") or ""
@@ -118,23 +130,23 @@ class AclRequests:
             "groupPerms": _split(ext.get("groupPerms"))}
         if ext.get("admin") is not None:
             fields["admin"] = str(ext["admin"]).strip().lower() == "true"
-        return self._change(cmd, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
-                            f"account {access_key} updated by {conn.peer[0]}",
-                            lambda data: with_account(data, fields))
+        return await self._change(cmd, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
+                                  f"account {access_key} updated by {conn.peer[0]}",
+                                  lambda data: with_account(data, fields))
 
-    def delete_account(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def delete_account(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """DELETE_ACL_CONFIG: remove the account."""
         access_key = cmd.ext_fields.get("accessKey") or ""
-        return self._change(cmd, ResponseCode.DELETE_ACL_CONFIG_FAILED,
-                            f"account {access_key} deleted by {conn.peer[0]}",
-                            lambda data: without_account(data, access_key))
+        return await self._change(cmd, ResponseCode.DELETE_ACL_CONFIG_FAILED,
+                                  f"account {access_key} deleted by {conn.peer[0]}",
+                                  lambda data: without_account(data, access_key))
 
-    def update_global_white(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def update_global_white(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: replace globalWhiteRemoteAddresses."""
         addresses = _split(cmd.ext_fields.get("globalWhiteAddrs") or "") or []
-        return self._change(cmd, ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
-                            f"global white list set to {addresses} by {conn.peer[0]}",
-                            lambda data: with_global_white(data, addresses))
+        return await self._change(cmd, ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
+                                  f"global white list set to {addresses} by {conn.peer[0]}",
+                                  lambda data: with_global_white(data, addresses))
 
     def _data(self, cmd: RemotingCommand) -> dict[str, Any] | RemotingCommand:
         if self.acl is None:
@@ -142,6 +154,7 @@ class AclRequests:
         try:
             return read_acl_data(self.acl.path)
         except (OSError, ValueError) as exc:
+            log.error("%s cannot be read: %s", self.acl.path, exc)
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"the ACL file cannot be read: {exc}")
 

@@ -216,8 +216,8 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         children.append(Child("NameServer", await _spawn(
             ["namesrv", "--port", str(args.namesrv_port), *metrics_args(metrics, 0)],
             os.path.join(data, "namesrv.log")), essential=True, port=args.namesrv_port))
-        children_count = 2 + args.groups * args.replicas
-        promised = frozenset(range(metrics, metrics + children_count)) if metrics else frozenset()
+        grpc_base = grpc_port_base(args)
+        promised = promised_ports(metrics, grpc_base, args.groups * args.replicas)
         controller_port = args.controller_port or free_port(pair=True, avoid=promised)
         controller = f"127.0.0.1:{controller_port}"
         children.append(Child("controller", await _spawn(
@@ -226,7 +226,6 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
             os.path.join(data, "controller.log")), essential=True, port=controller_port))
         print(f"NameServer {namesrv}{metrics_note(metrics, 0)}\nController {controller}"
               f"{metrics_note(metrics, 1)}", flush=True)
-        grpc_base = grpc_port_base(args)
         index = 0
         for name in group_names(args.groups):
             for replica in range(args.replicas):
@@ -277,6 +276,19 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
 def metrics_args(base: int | None, index: int) -> list[str]:
     """A child's ``--metrics-port``: ``base`` plus its index (none without a base)."""
     return [] if base is None else ["--metrics-port", str(base + index)]
+
+
+def promised_ports(metrics: int | None, grpc_base: int, brokers: int) -> frozenset[int]:
+    """The ports the children are told to listen on, which the brokers' and controller's
+    own (free) ports must not take: the metrics ports (``metrics``, then one per child
+    after the NameServer's: the controller's and each broker's), and the brokers' gRPC ports
+    (``grpc_base``, one per broker). 0 or None for either: ports the children pick."""
+    ports: set[int] = set()
+    if metrics:
+        ports.update(range(metrics, metrics + 2 + brokers))
+    if grpc_base:
+        ports.update(range(grpc_base, grpc_base + brokers))
+    return frozenset(ports)
 
 
 def metrics_note(base: int | None, index: int) -> str:

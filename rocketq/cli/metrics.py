@@ -5,9 +5,12 @@ gRPC port: the servers themselves never import the metrics layer."""
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from . import _listening
+
+log = logging.getLogger("rocketq")
 
 
 def metrics_options(p: argparse.ArgumentParser, host_default: str, keys: bool = False) -> None:
@@ -55,7 +58,18 @@ def _metrics_note(exporter: Any) -> str:
 
 
 async def _stop_all(*servers: Any) -> None:
-    """Stop what started (the exporter first), skipping what did not."""
+    """Stop what started, in order (the exporter first), skipping what did not. Each is
+    stopped even when one before it fails; the first failure is raised once all were."""
+    failure: BaseException | None = None
     for server in servers:
-        if server is not None:
+        if server is None:
+            continue
+        try:
             await server.stop()
+        except BaseException as exc:  # a Ctrl-C while stopping too: the others still stop
+            if failure is None:
+                failure = exc
+            else:
+                log.error("stopping %s failed as well: %r", type(server).__name__, exc)
+    if failure is not None:
+        raise failure

@@ -16,6 +16,7 @@ from .errors import (
     MessageValidationError,
     NameServerError,
     NoMasterError,
+    NotFoundError,
 )
 from .message import (
     Message,
@@ -37,5 +38,5 @@ __all__ = [
     "SendResult", "SendStatus", "select_by_hash", "LocalTransactionState",
     "TransactionListener", "TransactionSendResult", "MessageSelector", "create_reply",
     "ArgumentTypeError", "ClientTimeoutError", "ConnectionClosedError", "InvalidArgumentError",
-    "NoMasterError",
+    "NoMasterError", "NotFoundError",
 ]

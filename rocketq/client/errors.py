@@ -21,6 +21,12 @@ class BrokerError(ClientError):
         self.code = code
 
 
+class NotFoundError(ClientError):
+    """What was asked about does not exist: the admin client's answer for a topic, consumer
+    group, message, cluster or broker the cluster does not have (a refusal or an unreachable
+    broker is another ClientError)."""
+
+
 class InvalidArgumentError(ClientError, ValueError):
     """An argument whose value the client refuses (a group or NameServer address that breaks
     RocketMQ's rules, a delay out of range); the message names the argument."""
@@ -50,5 +56,5 @@ class NoMasterError(ClientError):
 __all__ = [
     "ArgumentTypeError", "BrokerError", "ClientError", "ClientTimeoutError",
     "ConnectionClosedError", "InvalidArgumentError", "MessageValidationError", "NameServerError",
-    "NoMasterError",
+    "NoMasterError", "NotFoundError",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import Metric
@@ -69,11 +69,40 @@ class _Merged:
         yield from merged.values()
 
 
+class _Restricted:
+    """The samples of a registry whose names were asked for (``?name[]=``): a sample is kept
+    when its own name (``rocketmq_rpc_latency_count``) or its family's is among them."""
+
+    def __init__(self, registry: CollectorRegistry, names: Iterable[str]) -> None:
+        self.registry = registry
+        self.names = set(names)
+
+    def collect(self) -> Iterator[Metric]:
+        names = self.names
+        for family in self.registry.collect():
+            whole = family.name in names
+            samples = [s for s in family.samples if whole or s.name in names]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
+
+
+class _Registry(CollectorRegistry):
+    """A registry whose ``name[]`` filter sees every collector. prometheus_client's own looks
+    a name up among those collectors declared (``describe``), which ``_Merged`` cannot: its
+    families come with the servers added after it is registered. This one collects once and
+    keeps the samples asked for."""
+
+    def restricted_registry(self, names: Iterable[str]) -> Any:
+        return _Restricted(self, names)
+
+
 class Exporter:
     """Metrics of the servers added, on ``host:port`` once started (port 0: a free one)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry = _Registry(auto_describe=False)
         self.sources: list[Source] = []
         self.registry.register(_Merged(self.sources))  # type: ignore[arg-type]
         # The process: CPU, memory, open files, and the Python runtime.

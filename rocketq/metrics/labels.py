@@ -49,9 +49,23 @@ def request_code(code: int) -> str:
         return str(code)
 
 
+#: The ACL admin requests (50-54), whose refusals RocketMQ numbers as two other answers: an
+#: IntEnum names 209 and 210 POLLING_FULL and POLLING_TIMEOUT, so their own names come from
+#: here when the request is one of these.
+_ACL_REQUESTS = frozenset(range(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+                                RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG + 1))
+_ACL_FAILURES = {
+    int(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED): "update_and_create_acl_config_failed",
+    int(ResponseCode.DELETE_ACL_CONFIG_FAILED): "delete_acl_config_failed"}
+
+
 @lru_cache(maxsize=1024)
-def response_code(code: int) -> str:
-    """``success``, ``pull_not_found``, ...: RocketMQ's ResponseCode name in lower case."""
+def response_code(code: int, request: int | None = None) -> str:
+    """``success``, ``pull_not_found``, ...: RocketMQ's ResponseCode name in lower case, the
+    name it has as the answer to ``request`` where two share a number (the ACL requests'
+    ``update_and_create_acl_config_failed`` is 209, ``polling_full`` to a POP)."""
+    if request in _ACL_REQUESTS and code in _ACL_FAILURES:
+        return _ACL_FAILURES[code]
     try:
         return ResponseCode(code).name.lower()
     except ValueError:

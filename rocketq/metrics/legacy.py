@@ -9,6 +9,10 @@ publishes its own share of the same series. Rates are the exporter's: the last m
 windows the broker keeps for mqadmin's ``statsAll`` (``broker/stats_items.py``). A series the
 exporter computes cluster-wide (``rocketmq_group_diff``) is this broker's part here: sum it
 over brokers, as a dashboard does when it sums over instances.
+
+The exporter reads masters only. A slave publishes the families with no per-topic or
+per-group samples (they would carry its master's labels, and be counted twice), and only its
+own ``rocketmq_broker_tps`` and ``rocketmq_broker_qps``, which its ``brokerIP`` tells apart.
 """
 
 from __future__ import annotations
@@ -62,12 +66,13 @@ class LegacyCollector:
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
         cluster, name = broker.config.brokerClusterName, broker.config.brokerName
+        master = broker.config.brokerId == 0  # a slave's topics and groups are its master's
         # Messages and bytes per second, per topic and per (topic, group).
         for metric, item, doc in (
                 ("rocketmq_producer_tps", TOPIC_PUT_NUMS, "TopicPutNums"),
                 ("rocketmq_producer_message_size", TOPIC_PUT_SIZE, "TopicPutMessageSize")):
             family = GaugeMetricFamily(metric, doc, labels=TOPIC_LABELS)
-            for topic, tps in self._minute_tps(item).items():
+            for topic, tps in (self._minute_tps(item) if master else {}).items():
                 if not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
                     family.add_metric([cluster, name, topic], tps)
             yield family
@@ -75,11 +80,11 @@ class LegacyCollector:
                 ("rocketmq_consumer_tps", GROUP_GET_NUMS, "GroupGetNums"),
                 ("rocketmq_consumer_message_size", GROUP_GET_SIZE, "GroupGetMessageSize")):
             family = GaugeMetricFamily(metric, doc, labels=GROUP_LABELS)
-            for (topic, group), tps in self._minute_tps(item).items():
+            for (topic, group), tps in (self._minute_tps(item) if master else {}).items():
                 family.add_metric([cluster, name, topic, group], tps)
             yield family
-        yield from self._offsets(cluster, name)
-        yield from self._diffs(cluster, name)
+        yield from self._offsets(cluster, name, master)
+        yield from self._diffs(cluster, name, master)
         for metric, item, doc in (("rocketmq_broker_tps", BROKER_PUT_NUMS, "BrokerPutNums"),
                                   ("rocketmq_broker_qps", BROKER_GET_NUMS, "BrokerGetNums")):
             family = GaugeMetricFamily(metric, doc, labels=BROKER_LABELS)
@@ -87,10 +92,10 @@ class LegacyCollector:
                               self._minute_tps(item).get(BROKER_KEY, 0.0))
             yield family
 
-    def _offsets(self, cluster: str, name: str) -> Iterator[Metric]:
+    def _offsets(self, cluster: str, name: str, master: bool) -> Iterator[Metric]:
         """The queues' max offsets summed per topic (retry and dead-letter topics apart, as
-        the exporter keeps them)."""
-        store = self.broker.store
+        the exporter keeps them); no samples on a slave."""
+        store = self.broker.store if master else None
         offsets = GaugeMetricFamily("rocketmq_producer_offset", "TopicOffset",
                                     labels=TOPIC_LABELS)
         retry = GaugeMetricFamily("rocketmq_topic_retry_offset", "TopicRetryOffset",
@@ -108,8 +113,9 @@ class LegacyCollector:
                     offsets.add_metric([cluster, name, topic], total)
         yield from (offsets, retry, dlq)
 
-    def _diffs(self, cluster: str, name: str) -> Iterator[Metric]:
-        """Consumer offsets, lags and lag latencies of clustering groups."""
+    def _diffs(self, cluster: str, name: str, master: bool) -> Iterator[Metric]:
+        """Consumer offsets, lags and lag latencies of clustering groups; no samples on a
+        slave."""
         consumers = self.broker.clients.consumers
         consumer_offset = GaugeMetricFamily("rocketmq_consumer_offset",
                                             "GroupBrokerTotalOffset", labels=GROUP_LABELS)
@@ -121,7 +127,7 @@ class LegacyCollector:
         dlq_diff = GaugeMetricFamily("rocketmq_group_dlqdiff", "GroupDLQDiff",
                                      labels=DIFF_LABELS)
         seen_dlq = set()
-        for row in self.lags.rows():
+        for row in self.lags.rows() if master else ():
             group = consumers.get(row.group)
             if group is not None and group.message_model != "CLUSTERING":
                 continue
@@ -138,7 +144,7 @@ class LegacyCollector:
                                            row.consumer_offset)
                 latency.add_metric([cluster, name, row.topic, row.group], row.lag_latency_ms)
         # A dead-letter topic nobody consumes: all of it is the group's DLQ backlog.
-        store = self.broker.store
+        store = self.broker.store if master else None
         if store is not None:
             for topic in sorted(store.topics()):
                 if topic.startswith(DLQ_GROUP_TOPIC_PREFIX) and topic not in seen_dlq:

@@ -52,7 +52,8 @@ class RpcLatency:
             "written, in milliseconds", "protocol_type", "request_code", "response_code",
             "is_long_polling", "result")
         for (code, response, long_polling, written), row in list(self.table.items()):
-            node.add_histogram(family, ["remoting", request_code(code), response_code(response),
+            node.add_histogram(family, ["remoting", request_code(code),
+                                        response_code(response, code),
                                         flag(long_polling),
                                         "success" if written else "write_channel_failed"],
                                LATENCY_BUCKETS_MS, row[:-1], row[-1])  # type: ignore[arg-type]

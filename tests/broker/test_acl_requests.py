@@ -1,8 +1,11 @@
 """RocketMQ's ACL admin requests (50-54) on a real broker with aclEnable: accounts created,
 changed and deleted through the admin client and ``rocketq admin acl``, written to
-plain_acl.yml, and in force for the next request."""
+plain_acl.yml, and in force for the next request; only for a signed admin account, white
+lists notwithstanding; a file broken by hand reported without quoting it."""
 
 from __future__ import annotations
+
+import asyncio
 
 import orjson
 import pytest
@@ -10,6 +13,7 @@ import yaml
 
 from rocketq import Admin, BrokerError, Message, Producer
 from rocketq.acl import Credentials
+from rocketq.aio import Admin as AsyncAdmin
 from rocketq.cli import main
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.remoting import RemotingClient, run
@@ -161,3 +165,82 @@ def test_the_acl_commands(acl_broker, capsys):
     # Unsigned: refused, as any admin request.
     assert main(["admin", "--namesrv", st.namesrv, "acl", "list"]) == 1
     assert "not signed" in capsys.readouterr().err
+
+
+def _unsigned(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+    """``cmd`` sent unsigned, on a connection of its own."""
+    async def go() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, cmd, 3)
+        finally:
+            await client.close()
+    return run(go())
+
+
+def test_white_lists_do_not_pass_the_acl_requests(st, tmp_path):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL.replace("globalWhiteRemoteAddresses: []",
+                                "globalWhiteRemoteAddresses: ['127.0.0.1']")
+                    + "  - accessKey: trusted-host\n    secretKey: trusted-secret-1\n"
+                      "    whiteRemoteAddress: 127.0.0.1\n    admin: true\n")
+    broker = st.start_broker(aclEnable="true", aclFile=str(path))
+    # Any other request from a white-listed address needs no signature, as in RocketMQ...
+    r = _unsigned(broker.address, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+    assert r.code == ResponseCode.SUCCESS
+    with Admin(st.namesrv) as admin:
+        admin.create_topic("Whitelisted", 1)
+        # ...but the ACL's own need a signed admin account from anywhere.
+        with pytest.raises(BrokerError, match="not signed"):
+            admin.acl_users()
+        with pytest.raises(BrokerError, match="not signed"):
+            admin.update_acl_user("intruder-1", secret_key="intruder-secret", admin=True)
+    for code in (RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG,
+                 RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+                 RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                 RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG):
+        r = _unsigned(broker.address, RemotingCommand.request(code, {"accessKey": "x"}))
+        assert r.code == ResponseCode.NO_PERMISSION, (code, r.remark)
+    # An account white-listed for this address: its name alone, or a wrong signature, is
+    # not enough either; a non-admin account signed right is refused as not an admin.
+    named = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
+                                    {"AccessKey": "trusted-host"})
+    assert "no Signature" in _unsigned(broker.address, named).remark
+    forged = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+    Credentials("trusted-host", "not-the-secret").sign(forged)
+    assert "Check signature failed" in _unsigned(broker.address, forged).remark
+    with Admin(st.namesrv, credentials=USER) as admin, \
+            pytest.raises(BrokerError, match="Need admin permission"):
+        admin.acl_users()
+    with Admin(st.namesrv, credentials=("trusted-host", "trusted-secret-1")) as admin:
+        assert "intruder-1" not in {u.access_key for u in admin.acl_users()}
+    assert "intruder-1" not in path.read_text()
+
+
+def test_a_file_broken_by_hand_is_reported_by_line_and_column_only(acl_broker, caplog):
+    st, broker, path = acl_broker
+    secret = "hidden-secret-77"
+    path.write_text(ACL + f"  - accessKey: leaky\n    secretKey: {secret}: [\n")
+    with Admin(st.namesrv, credentials=ADMIN) as admin:
+        with pytest.raises(BrokerError) as refused:
+            admin.update_acl_user(NEW[0], secret_key=NEW[1])
+        assert "plain_acl.yml is not valid YAML at line 14, column " in str(refused.value)
+        with pytest.raises(BrokerError, match="not valid YAML at line 14"):
+            admin.acl_users()
+    assert secret not in str(refused.value)
+    assert secret not in caplog.text and "not valid YAML at line 14" in caplog.text
+    assert path.read_text().endswith(f"{secret}: [\n")  # left as it was
+
+
+def test_changes_made_at_once_all_land(acl_broker):
+    st, broker, path = acl_broker
+    keys = [f"parallel-user-{i}" for i in range(6)]
+
+    async def change_all() -> None:
+        async with AsyncAdmin(st.namesrv, credentials=ADMIN) as admin:
+            await asyncio.gather(*(admin.update_acl_user(k, secret_key=k + "-secret")
+                                   for k in keys))
+    run(change_all())
+    written = {a["accessKey"] for a in yaml.safe_load(path.read_text())["accounts"]}
+    assert set(keys) <= written and set(keys) <= set(broker.acl.acl.accounts)
+    assert yaml.safe_load(path.read_text())["dataVersion"][0]["counter"] == len(keys)

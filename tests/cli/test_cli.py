@@ -156,3 +156,45 @@ def test_bad_config_is_reported(tmp_path, capsys):
     assert "flushDiskType" in capsys.readouterr().err
 
 
+
+
+def test_a_standalone_whose_dashboard_fails_to_stop_still_stops_the_rest(tmp_path,
+                                                                        monkeypatch):
+    import asyncio
+
+    import rocketq.cli
+    import rocketq.cli.dashboard
+    from rocketq.cli import build_parser
+
+    stops: list[asyncio.Event] = []
+    started: list = []
+
+    def stop_event() -> asyncio.Event:
+        stops.append(asyncio.Event())
+        return stops[-1]
+
+    class Failing:
+        async def stop(self) -> None:
+            raise RuntimeError("the dashboard would not stop")
+
+    async def start_dashboard(args, broker, namesrv):
+        started.append((broker, namesrv))
+        stops[0].set()  # as Ctrl-C would, once all is up
+        return Failing()
+
+    monkeypatch.setattr(rocketq.cli, "_stop_on_signal", stop_event)
+    monkeypatch.setattr(rocketq.cli.dashboard, "start_for_standalone", start_dashboard)
+    args = build_parser().parse_args([
+        "standalone", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0",
+        "--broker-port", "0", "--grpc-port", "0"])
+    with pytest.raises(RuntimeError, match="would not stop"):
+        asyncio.run(args.func(args))
+    [(broker, namesrv)] = started
+    for addr in (broker.address, namesrv):  # both stopped all the same
+        host, port = addr.rsplit(":", 1)
+        with pytest.raises(OSError):
+            socket.create_connection((host, int(port)), 1).close()
+    from rocketq.store.lock import StoreLock
+
+    with StoreLock.acquire(str(tmp_path / "data"), "test"):  # the store let go of its files
+        pass

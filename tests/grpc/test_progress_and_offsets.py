@@ -105,6 +105,9 @@ def test_offset_rpcs_and_pull(grpc_broker):
         assert kinds == ["status", "message", "message", "next_offset"]
         assert [f.message.body for f in frames[1:3]] == [b"o3", b"o4"]
         assert frames[-1].next_offset == 5
+        # Where the group's pulls read next, as a remoting pull leaves it (the exporter's
+        # in-flight count: 5 - 3 messages out at the consumer).
+        assert b.broker.stats.pull_offsets[("OG", "Off", 0)] == 5
         await b.stop()
     run_async(go())
 

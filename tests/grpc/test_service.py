@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
+from rocketq.client.admin import AsyncAdmin
 from rocketq.grpc.proto import definition_pb2 as pb
 from rocketq.grpc.proto import service_pb2 as spb
 
@@ -74,6 +76,25 @@ def test_route_send_receive_ack(grpc_broker):
         status, messages = await receive(consumer, "G", "T", poll_ms=5000)
         assert status.code == pb.MESSAGE_NOT_FOUND and not messages
         assert time.monotonic() - t0 >= 4  # it waited for a message (long polling)
+        await b.stop()
+    run_async(go())
+
+
+def test_a_rocketmq5_message_id_finds_the_message_through_the_admin(grpc_broker):
+    async def go():
+        b = await grpc_broker.start()
+        await b.create_topic("T5", 2)
+        c = b.client()
+        sent = message("T5", b"five")
+        five = "01" + uuid.uuid4().hex.upper()  # MessageIdCodec: "01" and 32 hex digits
+        sent.system_properties.message_id = five
+        reply = await c.call("SendMessage", spb.SendMessageRequest(messages=[sent]))
+        assert reply.entries[0].status.code == pb.OK and reply.entries[0].message_id == five
+        assert await asyncio.to_thread(b.broker.store.wait_dispatched)
+        async with AsyncAdmin(b.cluster.namesrv) as admin:
+            for topic in (None, "T5"):
+                found = await admin.message_by_id(five, topic)
+                assert (found.msg_id, found.topic, found.body) == (five, "T5", b"five")
         await b.stop()
     run_async(go())
 

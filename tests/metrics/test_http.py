@@ -14,7 +14,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
-from rocketq.metrics import MetricsServer
+from rocketq.metrics import Exporter, MetricsServer
+from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
+from rocketq.remoting import RemotingClient
 
 from ..conftest import run_async
 
@@ -143,4 +145,45 @@ def test_a_busy_port_is_an_error_that_names_it():
             server = MetricsServer(registry(), "127.0.0.1", taken.getsockname()[1])
             with pytest.raises(OSError):
                 await server.start()
+    run_async(main())
+
+
+def test_names_asked_for_pick_the_exporters_families(cluster):
+    async def main():
+        await cluster.start_namesrv()
+        broker = await cluster.start_broker()
+        exporter = Exporter("127.0.0.1", 0)
+        exporter.add_broker(broker)
+        exporter.add_namesrv(cluster.namesrvs[0])
+        await exporter.start()
+        try:
+            client = RemotingClient()
+            r = await client.invoke(broker.address, RemotingCommand.request(
+                RequestCode.GET_BROKER_RUNTIME_INFO))  # one request timed
+            assert r.code == ResponseCode.SUCCESS
+            await client.close()
+            every = await asyncio.to_thread(get, exporter.url)
+            assert b"rocketmq_topic_number" in every[2] and b"process_cpu" in every[2]
+            # Sample names (prometheus_client's filter), a family's name for all of its
+            # samples, and the process collector's: each exactly what was asked for.
+            status, _, body = await asyncio.to_thread(
+                get, exporter.url + "?name[]=rocketmq_topic_number"
+                "&name[]=rocketmq_rpc_latency_count&name[]=rocketmq_broker_tps"
+                "&name[]=process_open_fds")
+            assert status == 200
+            samples = {s.name for f in text_string_to_metric_families(body.decode())
+                       for s in f.samples}
+            assert samples == {"rocketmq_topic_number", "rocketmq_rpc_latency_count",
+                               "rocketmq_broker_tps", "process_open_fds"}
+            _, _, body = await asyncio.to_thread(
+                get, exporter.url + "?name[]=rocketmq_rpc_latency")
+            samples = {s.name for f in text_string_to_metric_families(body.decode())
+                       for s in f.samples}
+            assert samples == {"rocketmq_rpc_latency_bucket", "rocketmq_rpc_latency_count",
+                               "rocketmq_rpc_latency_sum"}
+            _, _, body = await asyncio.to_thread(get, exporter.url + "?name[]=nothing_such")
+            assert list(text_string_to_metric_families(body.decode())) == []
+        finally:
+            await exporter.stop()
+            await cluster.stop()
     run_async(main())

@@ -8,7 +8,7 @@ import pytest
 from rocketq.broker import load_broker_conf
 from rocketq.broker.stats import SIZE_BUCKETS, Stats
 from rocketq.cli import _broker_overrides, build_parser
-from rocketq.cli.cluster import metrics_args
+from rocketq.cli.cluster import free_port, metrics_args, promised_ports
 from rocketq.cli.metrics import _broker_metrics
 from rocketq.metrics import labels
 from rocketq.metrics.labels import cumulative
@@ -21,6 +21,13 @@ def test_label_values():
     assert labels.request_code(99999) == "99999"
     assert labels.response_code(0) == "success"
     assert labels.response_code(19) == "pull_not_found"
+    # 209 and 210 are POLLING_FULL and POLLING_TIMEOUT, and the ACL requests' refusals.
+    assert labels.response_code(209) == "polling_full"
+    assert labels.response_code(209, 200050) == "polling_full"  # POP_MESSAGE
+    assert labels.response_code(209, 50) == "update_and_create_acl_config_failed"
+    assert labels.response_code(210, 51) == "delete_acl_config_failed"
+    assert labels.response_code(211, 53) == "update_global_white_addrs_config_failed"
+    assert labels.response_code(0, 52) == "success"
     assert labels.version(479) == "v5_3_3" and labels.version(409) == "v4_9_8"
     assert labels.language("JAVA") == "java"
     assert labels.message_type("RMQ_SYS_TRANS_HALF_TOPIC") == "transaction"
@@ -51,7 +58,11 @@ def test_rpc_latency_buckets():
     timer.observe(11, 0, 0.0005, True, True)  # a held pull: long polling
     timer.observe(11, 0, 2.5, True, True)
     timer.observe(310, 0, 0.004, True, True)  # a send waiting for a flush: not long polling
+    timer.observe(50, 209, 0.002, False, True)  # an account the ACL file could not take
     (family,) = timer.collect()
+    answers = {(s.labels["request_code"], s.labels["response_code"]) for s in family.samples}
+    assert ("update_and_create_acl_config", "update_and_create_acl_config_failed") in answers
+    assert not any(response == "polling_full" for _, response in answers)
     counts = {(s.labels["request_code"], s.labels["is_long_polling"], s.labels.get("le")):
               s.value for s in family.samples if s.name.endswith("_bucket")}
     assert counts[("pull_message", "true", "1.0")] == 1
@@ -86,3 +97,14 @@ def test_the_flag_wins_over_the_broker_conf_keys_over_the_default():
     args = build_parser().parse_args(["namesrv", "--metrics-port", "9100"])
     assert args.metrics_port == 9100 and args.metrics_host is None
     assert metrics_args(9100, 1) == ["--metrics-port", "9101"] and metrics_args(None, 1) == []
+
+
+def test_the_cluster_keeps_its_promised_metrics_and_grpc_ports_free():
+    # 2 groups of 3: NameServer, controller and six brokers' metrics, six gRPC ports.
+    ports = promised_ports(9100, 8081, 6)
+    assert ports == frozenset(range(9100, 9108)) | frozenset(range(8081, 8087))
+    assert promised_ports(None, 8081, 3) == frozenset({8081, 8082, 8083})
+    assert promised_ports(0, 0, 3) == frozenset()  # ports the children pick
+    for _ in range(20):  # a broker's own port (and its HA port after it) is never promised
+        port = free_port(pair=True, avoid=ports)
+        assert port not in ports and port + 1 not in ports

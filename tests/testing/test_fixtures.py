@@ -172,11 +172,32 @@ def test_stop_leaves_no_process_port_or_file():
 
 @slow
 def test_start_and_stop_times_are_reported():
-    """Printed, not held to a time (the machine may be busy): about 0.5 s and 0.1 s here."""
+    """Printed, and held loosely to "starts in under a second" (about 0.5 s and 0.1 s here):
+    the median of three starts under 3 s, so that a busy machine does not fail it."""
     times = []
     for _ in range(3):
         with rocketq.testing.broker() as b:
             stopping = time.monotonic()
         times.append((round(b.start_seconds, 3), round(time.monotonic() - stopping, 3)))
     print("start, stop (s):", times)
-    assert all(start > 0 for start, _ in times)
+    starts = sorted(start for start, _ in times)
+    assert all(start > 0 for start in starts)
+    assert starts[1] < 3, f"the median start took {starts[1]} s"
+
+
+@slow
+def test_broker_works_without_pytest():
+    """pytest is a test extra: rocketq.testing.broker() must start and stop without it."""
+    code = ("import sys\n"
+            "sys.modules['pytest'] = None  # import pytest raises ImportError\n"
+            "import rocketq.testing as t\n"
+            "assert not hasattr(t, 'rocketq_broker') and 'rocketq_broker' not in t.__all__\n"
+            "with t.broker() as b:\n"
+            "    b.create_topic('NoPytest')\n"
+            "    pid = b.pid\n"
+            "print(pid, b.running)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    pid, running = done.stdout.split()
+    assert running == "False" and gone(int(pid))

@@ -92,9 +92,11 @@ def test_sigkill_of_the_test_process_leaves_no_broker_behind(how):
         assert not gone(held["pid"]) and not any(refused(a) for a in addrs)
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
-        assert wait_for(lambda: gone(held["pid"])), "the broker outlived its test process"
-        assert wait_for(lambda: all(refused(a) for a in addrs))
-        assert wait_for(lambda: not os.path.exists(held["data_dir"]))
+        # The child stops its servers (up to STOP_TIMEOUT, 10 s) before it goes: give it
+        # twice that.
+        assert wait_for(lambda: gone(held["pid"]), 20), "the broker outlived its test process"
+        assert wait_for(lambda: all(refused(a) for a in addrs), 20)
+        assert wait_for(lambda: not os.path.exists(held["data_dir"]), 20)
     finally:
         if holder.poll() is None:
             holder.kill()

@@ -21,7 +21,7 @@ from .offsets import parse_time
 def add_parsers(groups: Any) -> None:
     message = noun(groups, "message", help="find messages")
     p = leaf(message, "id", help="by message id: the one send prints (the producer's unique "
-                                 "id) or the broker's offset id")
+                                 "id, a RocketMQ 5 client's too) or the broker's offset id")
     p.add_argument("msg_id")
     p.add_argument("--topic", default=None,
                    help="the topic of a unique id (default: search every topic)")

@@ -10,7 +10,7 @@ from typing import Any, Self
 
 from ...acl import Credentials
 from ...protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from ..errors import BrokerError, ClientError
+from ..errors import BrokerError, ClientError, NotFoundError
 from ..instance import ClientInstance
 
 #: The consumer group admin reads are made as: the tools' group every RocketMQ broker has
@@ -85,7 +85,8 @@ class AdminBase:
 
         Raises:
             NameServerError: no NameServer answered.
-            ClientError: the NameServer knows no cluster ``cluster``.
+            NotFoundError: the NameServer knows no cluster ``cluster``.
+            ClientError: the NameServer refused the query.
         """
         info = await self._cluster_info()
         if cluster is None:
@@ -93,7 +94,7 @@ class AdminBase:
         else:
             names = sorted((info.get("clusterAddrTable") or {}).get(cluster) or ())
             if not names:
-                raise ClientError(f"the NameServer knows no cluster {cluster!r}")
+                raise NotFoundError(f"the NameServer knows no cluster {cluster!r}")
         return [addr for name in names for _, addr in self._members(info, name)]
 
     async def _targets(self, brokers: list[str] | None, cluster: str | None) -> list[str]:

@@ -13,7 +13,7 @@ import orjson
 from ...protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from ...protocol.topic import is_system_group
 from ...protocol.version import version_name
-from ..errors import ClientError
+from ..errors import ClientError, NotFoundError
 from ..message import MessageQueue
 from .base import AdminBase
 
@@ -208,12 +208,12 @@ class GroupAdmin(AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
-            ClientError: no master broker has the group.
+            NotFoundError: no master broker has the group.
         """
         for group in await self.groups():
             if group.name == name:
                 return group
-        raise ClientError(f"consumer group {name} does not exist on any master broker")
+        raise NotFoundError(f"consumer group {name} does not exist on any master broker")
 
     async def create_group(self, group: str, *, retry_max_times: int | None = None,
                            retry_queues: int | None = None, consume_enable: bool | None = None,

@@ -5,6 +5,7 @@ sent again."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 from ...protocol import (
@@ -21,7 +22,7 @@ from ...protocol import (
 from ...protocol.filter import Subscription
 from ...protocol.message import decode_offset_msg_id
 from ..consumer import pull_request
-from ..errors import BrokerError, ClientError
+from ..errors import BrokerError, ClientError, InvalidArgumentError, NotFoundError
 from ..message import Message, MessageQueue, ReceivedMessage, SendResult, pulled_messages
 from ..producer import AsyncProducer
 from .base import TOOLS_CONSUMER_GROUP, AdminBase
@@ -34,6 +35,10 @@ ADMIN_PRODUCER_GROUP = "rocketq-admin-producer"
 #: them last.
 _SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_",
                           "TBW102")
+#: A message id: hex digits, 32 (an offset id of an IPv4 store host, or the unique id of a
+#: 4.x producer on an IPv4 host), 34 (a RocketMQ 5 client's id: "01" and 32 digits) or 56
+#: (an IPv6 host's unique or offset id).
+_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}(?:[0-9A-Fa-f]{2}|[0-9A-Fa-f]{24})?")
 #: Messages asked for in one pull when reading a range of a queue.
 _PULL_BATCH = 32
 #: Properties a message sent again does not keep: the broker's own, and those that would
@@ -79,33 +84,40 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
 
     # ------------------------------------------------------------------ by id and key
     async def message_by_id(self, msg_id: str, topic: str | None = None) -> ReceivedMessage:
-        """The message with this id, whichever of RocketMQ's two ids it is (mqadmin
+        """The message with this id, whichever of RocketMQ's ids it is (mqadmin
         queryMsgById): the broker's offset id (store host, port and CommitLog offset), or
-        the producer's unique id (UNIQ_KEY, what a send returns as ``msg_id``), looked up
-        in ``topic`` or, without one, in every topic the NameServer knows.
+        the producer's unique id (UNIQ_KEY, what a send returns as ``msg_id``; a RocketMQ 5
+        client's id is one, of 34 digits), looked up in ``topic`` or, without one, in every
+        topic the NameServer knows. An id is read as an offset id only when it decodes as
+        one and names a broker the NameServer knows; any other is looked up as a unique id.
 
         Raises:
+            InvalidArgumentError: ``msg_id`` is not a message id (32, 34 or 56 hex digits).
             NameServerError: no NameServer answered.
             ConnectionClosedError: the broker could not be reached.
             ClientTimeoutError: the broker did not answer in time.
-            ClientError: ``msg_id`` is not a message id, or no such message was found.
+            NotFoundError: no such message was found.
+            ClientError: the NameServer refused the query.
         """
+        _check_id(msg_id)
         problem = ""
         try:
-            _, port, _ = decode_offset_msg_id(msg_id)
+            host, port, offset = decode_offset_msg_id(msg_id)
         except MessageFormatError:
-            raise ClientError(f"not a message id: {msg_id!r} (an id has 32 hex digits)") \
-                from None
-        if 0 < port < 65536:  # a unique id read as an offset id names no real port
-            try:
-                return await self.view_message(msg_id)
-            except (ClientError, OSError) as exc:
-                problem = f" (as an offset id: {exc})"
+            pass  # 34 or 56 digits: a unique id (rocketq's offset ids have IPv4 hosts)
+        else:
+            addr = f"{host}:{port}"
+            name = (await self._broker_names()).get(addr)
+            if name is not None:  # else a unique id, read as an offset id, names no broker
+                try:
+                    return await self._view(addr, offset, msg_id, name)
+                except (ClientError, OSError) as exc:
+                    problem = f" (as an offset id: {exc})"
         if topic:
             found = await self.query_messages(topic, msg_id, max_num=1, unique=True)
             if found:
                 return found[0]
-            raise ClientError(f"no message of {topic} with id {msg_id}{problem}")
+            raise NotFoundError(f"no message of {topic} with id {msg_id}{problem}")
         topics = await self.list_topics()
         # The users' topics first; the retry, dead-letter and system ones if need be.
         for batch in ([t for t in topics if not t.startswith(_SYSTEM_TOPIC_PREFIXES)],
@@ -113,7 +125,7 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
             found_one = await self._find_unique(batch, msg_id)
             if found_one is not None:
                 return found_one
-        raise ClientError(f"no message with id {msg_id} in any topic{problem}")
+        raise NotFoundError(f"no message with id {msg_id} in any topic{problem}")
 
     async def _find_unique(self, topics: list[str], msg_id: str,
                            parallel: int = 8) -> ReceivedMessage | None:
@@ -132,28 +144,42 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
         return max(found, key=lambda m: m.store_timestamp) if found else None
 
     async def view_message(self, offset_msg_id: str) -> ReceivedMessage:
-        """The message with this offset id (it names its broker and CommitLog offset).
+        """The message with this offset id (it names its broker and CommitLog offset). Only
+        a broker the NameServer knows is asked: the id's address is checked against the
+        cluster's broker table first.
 
         Raises:
+            InvalidArgumentError: ``offset_msg_id`` is not an offset id.
+            NameServerError: no NameServer answered.
             ConnectionClosedError: the broker could not be reached.
             ClientTimeoutError: the broker did not answer in time.
-            ClientError: ``offset_msg_id`` is not an offset id, or the broker has no such
+            NotFoundError: the id names no broker of this cluster, or the broker has no such
                 message.
+            BrokerError: the broker refused the query.
         """
         try:
             host, port, offset = decode_offset_msg_id(offset_msg_id)
         except MessageFormatError as exc:
-            raise ClientError(str(exc)) from None
+            raise InvalidArgumentError(str(exc)) from None
         addr = f"{host}:{port}"
+        name = (await self._broker_names()).get(addr)
+        if name is None:
+            raise NotFoundError(f"no broker at {addr} in this cluster (offset id "
+                                f"{offset_msg_id})")
+        return await self._view(addr, offset, offset_msg_id, name)
+
+    async def _view(self, addr: str, offset: int, msg_id: str, broker_name: str
+                    ) -> ReceivedMessage:
+        """VIEW_MESSAGE_BY_ID of CommitLog ``offset`` on the broker at ``addr``."""
         response = await self.instance.remoting.invoke(addr, RemotingCommand.request(
             RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}))
+        if response.code == ResponseCode.SYSTEM_ERROR and \
+                "can not find" in (response.remark or ""):  # RocketMQ's answer too
+            raise NotFoundError(f"no message {msg_id}: {response.remark}")
         if response.code != ResponseCode.SUCCESS:
-            raise ClientError(f"no message {offset_msg_id}: {response.remark}")
+            raise BrokerError(response.code, f"message {msg_id} on {addr}: "
+                                             f"{response.remark or 'refused'}")
         record = decode_records(response.body, decompress=True)[0]
-        try:
-            broker_name = (await self._broker_names()).get(addr, "")
-        except ClientError:
-            broker_name = ""  # the message is found; only its broker's name is not
         return ReceivedMessage.from_record(record, broker_name)
 
     async def query_messages(self, topic: str, key: str, *, max_num: int = 32,
@@ -167,12 +193,12 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: the broker could not be reached.
             ClientTimeoutError: the broker did not answer in time.
-            ClientError: the topic has no route.
+            NotFoundError: the topic has no route.
         """
         end = int(time.time() * 1000) + 1000 if end is None else end
         route = await self.instance.route(topic, refresh=True)
         if route is None:
-            raise ClientError(f"No route info of this topic: {topic}")
+            raise NotFoundError(f"No route info of this topic: {topic}")
 
         async def one(name: str) -> list[ReceivedMessage]:
             addr = self.instance.broker_addr(name)
@@ -202,11 +228,11 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: the broker could not be reached.
             ClientTimeoutError: the broker did not answer in time.
-            ClientError: no such message was found.
+            NotFoundError: the topic has no route, or no such message was found.
         """
         found = await self.query_messages(topic, msg_id, max_num=1, unique=True)
         if not found:
-            raise ClientError(f"no message of {topic} with unique id {msg_id}")
+            raise NotFoundError(f"no message of {topic} with unique id {msg_id}")
         return found[0]
 
     # ------------------------------------------------------------------ by time
@@ -245,11 +271,12 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
-            ClientError: the topic has no route, or a broker refused a look-up or a read.
+            NotFoundError: the topic has no route.
+            ClientError: a broker refused a look-up or a read.
         """
         route = await self.instance.route(topic, refresh=True)
         if route is None:
-            raise ClientError(f"No route info of this topic: {topic}")
+            raise NotFoundError(f"No route info of this topic: {topic}")
 
         async def one(mq: MessageQueue) -> list[ReceivedMessage]:
             low = await self.search_offset(mq, begin_ms)
@@ -306,12 +333,13 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
             BrokerError: the broker refused the message.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: no answer within the timeout.
-            ClientError: no such message in the group's dead-letter queue.
+            InvalidArgumentError: ``msg_id`` is not a message id.
+            NotFoundError: no such message in the group's dead-letter queue.
         """
         dlq = dlq_topic(group)
         dead = await self.message_by_id(msg_id, dlq)
         if dead.topic != dlq:
-            raise ClientError(f"message {msg_id} is in {dead.topic}, not in {dlq}")
+            raise NotFoundError(f"message {msg_id} is in {dead.topic}, not in {dlq}")
         properties = {k: v for k, v in dead.properties.items() if k not in _NOT_RESENT}
         origin = properties.get(Property.DLQ_ORIGIN_TOPIC)
         if origin and Property.RETRY_TOPIC not in properties:
@@ -319,3 +347,11 @@ class MessageAdmin(TopicAdmin, OffsetAdmin, AdminBase):
         message = Message(retry_topic(group), dead.body, flag=dead.flag)
         message.properties.update(properties)
         return await self._producer(ADMIN_PRODUCER_GROUP).send(message)
+
+
+def _check_id(msg_id: object) -> None:
+    """InvalidArgumentError unless ``msg_id`` is a message id in hex (see ``_MSG_ID``)."""
+    if not isinstance(msg_id, str) or not _MSG_ID.fullmatch(msg_id):
+        raise InvalidArgumentError(
+            f"not a message id: {msg_id!r} (an id has 32 hex digits, 34 from a RocketMQ 5 "
+            "client, 56 from an IPv6 host)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...protocol import RemotingCommand, RequestCode, ResponseCode
 from ..consumer_calls import parse_reset_offset_body
-from ..errors import ClientError
+from ..errors import ClientError, NotFoundError
 from ..message import MessageQueue
 from .base import AdminBase
 
@@ -29,12 +29,13 @@ class OffsetAdmin(AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
-            ClientError: the topic has no route, or a broker refused (the group has no
+            NotFoundError: the topic has no route.
+            ClientError: a broker refused (the group has no
                 offsets in the topic and no member online); every broker is tried first.
         """
         route = await self.instance.fetch_route(topic)
         if route is None:
-            raise ClientError(f"no route for topic {topic}")
+            raise NotFoundError(f"no route for topic {topic}")
         header = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force}
         offsets: dict[MessageQueue, int] = {}
         refused = []
@@ -61,7 +62,8 @@ class OffsetAdmin(AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
-            ClientError: the topic has no route, or a broker refused.
+            NotFoundError: the topic has no route.
+            ClientError: a broker refused.
         """
         return await self.reset_offset(group, topic, QUEUE_END)
 

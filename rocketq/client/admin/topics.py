@@ -21,7 +21,7 @@ from ...protocol import (
     fastjson,
 )
 from ...protocol.topic import is_system_topic
-from ..errors import ClientError, InvalidArgumentError
+from ..errors import ClientError, InvalidArgumentError, NotFoundError
 from .base import AdminBase
 
 #: Queues of a topic created without saying how many: the default of mqadmin's updateTopic
@@ -147,7 +147,7 @@ class TopicAdmin(AdminBase):
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
             BrokerError: a broker refused a value (queues out of 1..65535, perm out of 0..7).
-            ClientError: no master broker holds the topic.
+            NotFoundError: no master broker holds the topic.
             InvalidArgumentError: ``message_type`` is not one of NORMAL, FIFO, DELAY,
                 TRANSACTION and MIXED.
         """
@@ -173,7 +173,7 @@ class TopicAdmin(AdminBase):
 
     async def _topic_configs(self, name: str) -> list[tuple[str, str, dict[str, Any]]]:
         """``(broker name, address, topic config)`` of each master that holds ``name``;
-        ClientError if none does."""
+        NotFoundError if none does."""
         masters = sorted((await self.masters()).items())
 
         async def one(addr: str) -> dict[str, Any] | None:
@@ -191,7 +191,7 @@ class TopicAdmin(AdminBase):
                                                                           strict=True)
                  if config is not None]
         if not found:
-            raise ClientError(f"topic {name} does not exist on any master broker")
+            raise NotFoundError(f"topic {name} does not exist on any master broker")
         return found
 
     async def list_topics(self) -> list[str]:
@@ -258,7 +258,8 @@ class TopicAdmin(AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
-            ClientError: no master broker holds the topic.
+            NotFoundError: no master broker holds the topic.
+            ClientError: a broker refused the query.
         """
         info = await self._cluster_info()
         reserved = set(info.get("clusterAddrTable") or {}) | set(
@@ -277,12 +278,15 @@ class TopicAdmin(AdminBase):
 
         Raises:
             NameServerError: no NameServer answered.
-            ClientError: the NameServer has no route for the topic.
+            NotFoundError: the NameServer has no route for the topic.
+            ClientError: the NameServer refused the query.
         """
         r = await self.instance.invoke_namesrv(lambda: RemotingCommand.request(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        if r.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise NotFoundError(f"no route for {topic}: {r.remark}")
         if r.code != ResponseCode.SUCCESS:
-            raise ClientError(f"no route for {topic}: {r.remark}")
+            raise ClientError(f"no route for {topic}: {r.remark} (code {r.code})")
         route: dict[str, Any] = orjson.loads(r.body)
         return route
 
@@ -295,11 +299,11 @@ class TopicAdmin(AdminBase):
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
             BrokerError: a broker refused the query.
-            ClientError: the topic has no route.
+            NotFoundError: the topic has no route.
         """
         route = await self.instance.route(topic, refresh=True)
         if route is None:
-            raise ClientError(f"no route for {topic}")
+            raise NotFoundError(f"no route for {topic}")
         rows = []
         for name in sorted(route.broker_addrs):
             addr = self.instance.broker_addr(name)
@@ -323,14 +327,15 @@ class TopicAdmin(AdminBase):
             NameServerError: no NameServer answered.
             ConnectionClosedError: the broker could not be reached.
             ClientTimeoutError: the broker did not answer in time.
-            ClientError: no broker or NameServer knew the topic (so that a misspelt name is
-                not taken for a deleted topic), or one refused to delete it.
+            NotFoundError: no broker or NameServer knew the topic (so that a misspelt name
+                is not taken for a deleted topic).
+            ClientError: a broker or NameServer refused to delete it.
         """
         masters = await self.masters(cluster)
         holders = [name for name, addr in sorted(masters.items())
                    if topic in await self._broker_topic_table(addr)]
         if not holders and await self.instance.fetch_route(topic) is None:
-            raise ClientError(f"topic {topic} does not exist")
+            raise NotFoundError(f"topic {topic} does not exist")
         for name, addr in sorted(masters.items()):
             r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
                 RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))

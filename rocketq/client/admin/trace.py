@@ -11,7 +11,7 @@ import orjson
 
 from ...protocol import RemotingCommand, RequestCode, ResponseCode
 from ...protocol.filter import EXPRESSION_TAG, Subscription
-from ..errors import ClientError
+from ..errors import ClientError, NotFoundError
 from ..message import MessageQueue
 from .groups import GroupAdmin
 from .messages import MessageAdmin
@@ -67,11 +67,13 @@ class TraceAdmin(MessageAdmin, GroupAdmin):
             NameServerError: no NameServer answered.
             ConnectionClosedError: a broker could not be reached.
             ClientTimeoutError: a broker did not answer in time.
-            ClientError: the message was not found, or the topic has no route.
+            InvalidArgumentError: ``msg_id`` is not a message id.
+            NotFoundError: the message was not found, or the topic has no route.
+            ClientError: a broker refused a query.
         """
         message = await self.message_by_id(msg_id, topic)
         if message.topic != topic:
-            raise ClientError(f"message {msg_id} is in {message.topic}, not in {topic}")
+            raise NotFoundError(f"message {msg_id} is in {message.topic}, not in {topic}")
         queue = MessageQueue(topic, message.broker_name, message.queue_id)
         groups = await self._consumed_by(topic)
 
@@ -106,7 +108,7 @@ class TraceAdmin(MessageAdmin, GroupAdmin):
         """The groups the topic's master brokers say consume it, sorted."""
         route = await self.instance.route(topic, refresh=True)
         if route is None:
-            raise ClientError(f"No route info of this topic: {topic}")
+            raise NotFoundError(f"No route info of this topic: {topic}")
         groups: set[str] = set()
         for name in sorted(route.broker_addrs):
             addr = self.instance.broker_addr(name)
