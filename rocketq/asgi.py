@@ -12,7 +12,6 @@ free port and a port in use fails at ``start`` with the address named.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from typing import Any
@@ -61,30 +60,55 @@ class AsgiServer:
 
     async def start(self) -> None:
         """Bind, run the application's startup, and serve; OSError names the address when it
-        cannot be bound."""
-        self._socket = self._bind()
-        self.port = self._socket.getsockname()[1]
-        # uvicorn's own logging says only what goes wrong; rocketq says where it serves.
-        config = uvicorn.Config(self.app, lifespan="on" if self.lifespan else "off",
-                                log_config=None, access_log=False, log_level="warning",
-                                timeout_graceful_shutdown=GRACEFUL_STOP,
-                                server_header=False, proxy_headers=False)
-        self._server = uvicorn.Server(config)
-        config.load()
-        self._server.lifespan = config.lifespan_class(config)
-        await self._server.startup(sockets=[self._socket])
-        self._task = asyncio.get_running_loop().create_task(self._server.main_loop())
+        cannot be bound, RuntimeError says when the application failed to start. Either
+        way nothing is left listening."""
+        sock = self._bind()
+        try:
+            self.port = sock.getsockname()[1]
+            # uvicorn's own logging says only what goes wrong; rocketq says where it serves.
+            config = uvicorn.Config(self.app, lifespan="on" if self.lifespan else "off",
+                                    log_config=None, access_log=False, log_level="warning",
+                                    timeout_graceful_shutdown=GRACEFUL_STOP,
+                                    server_header=False, proxy_headers=False)
+            server = uvicorn.Server(config)
+            config.load()
+            server.lifespan = config.lifespan_class(config)
+            try:
+                await server.startup(sockets=[sock])
+            except SystemExit:  # uvicorn's answer to an application whose startup failed
+                raise RuntimeError(f"the application served on {self.url} failed to start "
+                                   "(the log says why)") from None
+        except BaseException:
+            sock.close()
+            raise
+        self._socket, self._server = sock, server
+        self._task = asyncio.get_running_loop().create_task(server.main_loop())
 
     async def stop(self) -> None:
         """Stop taking connections, finish the requests in flight (for a few seconds at
-        most), run the application's shutdown."""
+        most), run the application's shutdown. The shutdown runs and the socket is closed
+        whatever happened before: a serving loop that failed is logged, not raised."""
         server, self._server = self._server, None
+        sock, self._socket = self._socket, None
+        task, self._task = self._task, None
         if server is None:
+            if sock is not None:
+                sock.close()
             return
         server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await server.shutdown(sockets=[self._socket] if self._socket else None)
-        self._socket = None
+        try:
+            if task is not None:
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # this stop was cancelled, not (only) the serving loop
+                except Exception:
+                    log.exception("the server on %s failed while serving", self.url)
+        finally:
+            try:
+                await server.shutdown(sockets=[sock] if sock is not None else None)
+            finally:
+                if sock is not None:
+                    sock.close()

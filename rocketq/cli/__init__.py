@@ -339,12 +339,8 @@ async def _run_standalone(args: argparse.Namespace) -> None:
         await stop.wait()
         print("stopping...", flush=True)
     finally:
-        if dashboard is not None:
-            await dashboard.stop()
-        await _stop_all(metrics, grpc)
-        for b in reversed(brokers):
-            await b.stop()
-        await ns.stop()
+        # Each part stops even when one before it fails (the dashboard's, say).
+        await _stop_all(dashboard, metrics, grpc, *reversed(brokers), ns)
 
 
 def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | None = None,

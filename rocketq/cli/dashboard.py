@@ -5,6 +5,8 @@ add-user`` for its user file; also the dashboard a standalone serves with
     rocketq dashboard --namesrv 127.0.0.1:9876 --port 8080
     rocketq dashboard add-user alice --users dashboard-users
     rocketq dashboard --users dashboard-users --access-key rocketmq2 --secret-key ...
+
+Without a user file the dashboard is read-only; with one, every page needs a login.
 """
 
 from __future__ import annotations
@@ -36,14 +38,20 @@ def add_dashboard_parser(sub: Any) -> None:
         usage="%(prog)s [options]\n       %(prog)s add-user NAME --users PATH",
         description="Serve the web dashboard: the cluster's brokers, topics, consumer groups "
                     "and messages, with charts of the last minutes, through a NameServer. "
-                    "With --users every page needs a login.")
+                    "Read-only without --users; with --users every page needs a login, and "
+                    "its users may make changes.")
     p.add_argument("--namesrv", default=os.environ.get(NAMESRV_ENV, "").strip()
                    or DEFAULT_NAMESRV, help=f"NameServer addresses, ';'-separated (default: "
                                             f"${NAMESRV_ENV}, else {DEFAULT_NAMESRV})")
     p.add_argument("--host", default=DEFAULT_HOST, help="address to serve on")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (0: any)")
     p.add_argument("--users", metavar="PATH",
-                   help="a user file (name:hash lines, written by add-user): logins on")
+                   help="a user file (name:hash lines, written by add-user): logins on, and "
+                        "changes for the users who log in (without it: read-only)")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="also answer requests that name the dashboard NAME (a host name, "
+                        "*.example.com or an address; repeatable); besides --host, "
+                        "localhost, 127.0.0.1 and [::1], any other Host is refused 400")
     p.add_argument("--session-secret-file", metavar="PATH",
                    help="sign sessions with the secret in this file (made if missing), so "
                         "that logins last across restarts (default: a new secret each start)")
@@ -75,7 +83,11 @@ def add_standalone_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dashboard-host", default=DEFAULT_HOST,
                    help="with --dashboard-port: address to serve it on")
     p.add_argument("--dashboard-users", metavar="PATH",
-                   help="with --dashboard-port: its user file (needed when the ACL is on)")
+                   help="with --dashboard-port: its user file, for logins and changes "
+                        "(without it the dashboard is read-only; needed when the ACL is on)")
+    p.add_argument("--dashboard-allowed-host", action="append", metavar="NAME",
+                   help="with --dashboard-port: also answer requests that name it NAME "
+                        "(repeatable; see rocketq dashboard --allowed-host)")
 
 
 def _read_password(name: str) -> str:
@@ -133,14 +145,22 @@ def refuse_unguarded(credentials: object, users: str | None, option: str) -> Non
                          f"rocketq dashboard add-user NAME --users PATH)")
 
 
-def _warn_if_open(host: str, users: str | None) -> None:
+def _warn_if_open(host: str, users: str | None, allowed: list[str], option: str) -> None:
+    """Warn of what serving beyond this machine means: pages anyone can read without a
+    user file, and a Host check that refuses the names it is reached by until they are
+    allowed."""
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
-        loopback = host == "localhost"
+        address = None
+    loopback = address.is_loopback if address is not None else host == "localhost"
     if not loopback and not users:
         log.warning("the dashboard serves %s without a user file: anyone who reaches it can "
-                    "change topics and offsets (give --users)", host)
+                    "read topics, groups and messages (changes are off without users)", host)
+    if address is not None and address.is_unspecified and not allowed:
+        log.warning("the dashboard serves every address (%s): requests naming this machine "
+                    "by another name or address are refused until it is given with %s",
+                    host, option)
 
 
 async def run_dashboard(args: argparse.Namespace) -> int:
@@ -157,16 +177,22 @@ async def run_dashboard(args: argparse.Namespace) -> int:
         tls = ssl.create_default_context(cafile=args.tls_ca) if args.tls_ca else True
     if args.interval <= 0:
         raise ValueError("--interval must be more than 0 seconds")
+    secret = session_secret(args.session_secret_file)
     stop = _stop_on_signal()
     admin = AsyncAdmin(args.namesrv, credentials=credentials, tls=tls)
-    app = create_app(admin, users=args.users, interval=args.interval, close_admin=True,
-                     session_secret=session_secret(args.session_secret_file))
-    _warn_if_open(args.host, args.users)
-    server = AsgiServer(app, args.host, args.port)
-    with _listening("dashboard"):
-        await server.start()
+    try:
+        allowed = list(args.allowed_host or ())
+        app = create_app(admin, users=args.users, interval=args.interval, close_admin=True,
+                         session_secret=secret, hosts=[args.host, *allowed])
+        _warn_if_open(args.host, args.users, allowed, "--allowed-host")
+        server = AsgiServer(app, args.host, args.port)
+        with _listening("dashboard"):
+            await server.start()
+    except BaseException:
+        await admin.close()
+        raise
     print(f"rocketq dashboard on {server.url} (NameServer {args.namesrv}"
-          f"{', logins on' if args.users else ''}); Ctrl-C stops", flush=True)
+          f"{', logins on' if args.users else ', read-only'}); Ctrl-C stops", flush=True)
     await stop.wait()
     await server.stop()
     return 0
@@ -175,7 +201,8 @@ async def run_dashboard(args: argparse.Namespace) -> int:
 async def start_for_standalone(args: argparse.Namespace, broker: Any, namesrv: str) -> Any:
     """The dashboard of ``rocketq standalone --dashboard-port``, started on its loop, or
     None without that option. It signs with the broker's own credentials when the ACL is
-    on (and then needs --dashboard-users), and connects with TLS when the broker does."""
+    on (and then needs --dashboard-users), and connects with TLS when the broker does. When
+    it cannot start, its admin client is closed before the error goes on."""
     if args.dashboard_port is None:
         return None
     from ..asgi import AsgiServer
@@ -187,10 +214,18 @@ async def start_for_standalone(args: argparse.Namespace, broker: Any, namesrv: s
     credentials = inner_credentials(broker.config, broker.acl) if broker.acl else None
     admin = AsyncAdmin(namesrv, credentials=credentials,
                        tls=outgoing_tls(broker.config) or None)
-    app = create_app(admin, users=args.dashboard_users, close_admin=True)
-    _warn_if_open(args.dashboard_host, args.dashboard_users)
-    server = AsgiServer(app, args.dashboard_host, args.dashboard_port)
-    with _listening("dashboard"):
-        await server.start()
-    print(f"dashboard on {server.url}", flush=True)
+    try:
+        allowed = list(args.dashboard_allowed_host or ())
+        app = create_app(admin, users=args.dashboard_users, close_admin=True,
+                         hosts=[args.dashboard_host, *allowed])
+        _warn_if_open(args.dashboard_host, args.dashboard_users, allowed,
+                      "--dashboard-allowed-host")
+        server = AsgiServer(app, args.dashboard_host, args.dashboard_port)
+        with _listening("dashboard"):
+            await server.start()
+    except BaseException:
+        await admin.close()
+        raise
+    print(f"dashboard on {server.url}{'' if args.dashboard_users else ' (read-only)'}",
+          flush=True)
     return server

@@ -10,7 +10,9 @@ bounded history that a sampler collects every few seconds.
 - served by ``rocketq.asgi.AsgiServer`` (uvicorn on the running event loop), which the
   metrics port shares.
 - ``cluster``, ``topics``, ``groups``, ``messages``, ``connections``: the pages.
-- ``security``: logins, CSRF tokens, headers; ``users``: the user file.
+- ``logins``: who may do what (read-only without a user file, logins and sessions);
+  ``throttle``: password checks off the event loop; ``security``: trusted hosts, body
+  sizes, session cookies, CSRF tokens, headers; ``users``: the user file.
 - ``inputs``: checking what a person types; ``sampler`` and ``charts``: the history and its
   pictures; ``web``: what the pages share (templates, rendering).
 """

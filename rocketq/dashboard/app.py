@@ -13,13 +13,13 @@ import contextlib
 import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..client.errors import NameServerError
 from ..errors import ClientError, ClientTimeoutError
-from . import cluster, connections, groups, messages, security, topics
+from . import cluster, connections, groups, logins, messages, security, topics
 from .inputs import BadInput
 from .sampler import DEFAULT_INTERVAL, Sampler
 from .users import UserFile
@@ -37,11 +37,6 @@ if TYPE_CHECKING:
     from ..client.admin import AsyncAdmin
 
 log = logging.getLogger("rocketq.dashboard")
-
-#: How long a login lasts, in seconds.
-SESSION_MAX_AGE = 8 * 3600
-#: The session cookie's name.
-SESSION_COOKIE = "rocketq_dashboard"
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -82,7 +77,8 @@ async def _bad_input(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    titles = {404: "Not found", 405: "Not allowed", 403: "Refused", 400: "Not accepted"}
+    titles = {404: "Not found", 405: "Not allowed", 403: "Refused", 400: "Not accepted",
+              413: "Too large"}
     detail = exc.detail if exc.status_code != 404 else f"No page at {request.url.path}."
     if exc.status_code == 405:
         detail = "Changes are made with the page's forms."
@@ -103,9 +99,9 @@ def _routes() -> list[Route | Mount]:
     table: list[tuple[str, Endpoint, list[str]]] = [
         ("/", _home, get),
         ("/healthz", _health, get),
-        ("/login", security.login_form, get),
-        ("/login", security.login, post),
-        ("/logout", security.logout, post),
+        ("/login", logins.login_form, get),
+        ("/login", logins.login, post),
+        ("/logout", logins.logout, post),
         ("/cluster", cluster.cluster_page, get),
         ("/brokers/{address}", cluster.broker_page, get),
         ("/topics", topics.topics_page, get),
@@ -134,21 +130,25 @@ def _routes() -> list[Route | Mount]:
 
 
 def create_app(admin: AsyncAdmin, *, users: str | None = None, session_secret: str | None = None,
-               interval: float = DEFAULT_INTERVAL, history: int | None = None,
-               close_admin: bool = False) -> Starlette:
+               hosts: Iterable[str] = (), interval: float = DEFAULT_INTERVAL,
+               history: int | None = None, close_admin: bool = False) -> Starlette:
     """The dashboard over ``admin`` (a ``rocketq.client.admin.AsyncAdmin``).
 
     Args:
         users: a user file (``name:hash`` lines): every page then needs a login. Checked
-            here, so a file that cannot be used stops the start.
+            here, so a file that cannot be used stops the start. Without one the dashboard
+            is read-only: a change needs a logged-in user.
         session_secret: what signs the session cookies (at least 32 characters); a random
             one by default, so that sessions end when the dashboard stops.
+        hosts: the names a request's Host may give besides localhost, 127.0.0.1 and [::1]:
+            the address served on, and whatever else it is reached by (``--allowed-host``).
         interval, history: the sampler's seconds between samples, and samples kept
             (default: 10 minutes' worth).
         close_admin: close ``admin`` when the application shuts down.
 
     Raises:
-        ValueError: the user file cannot be used, or the secret is too short.
+        ValueError: the user file cannot be used, the secret is too short, or a host is not
+            a host name.
     """
     user_file = UserFile(users) if users else None
     if user_file is not None:
@@ -156,6 +156,7 @@ def create_app(admin: AsyncAdmin, *, users: str | None = None, session_secret: s
     secret = session_secret or secrets.token_urlsafe(32)
     if len(secret) < 32:
         raise ValueError("the session secret must be at least 32 characters long")
+    trusted = security.allowed_hosts(hosts)
     sampler = Sampler(admin, interval=interval, history=history)
 
     @contextlib.asynccontextmanager
@@ -172,9 +173,11 @@ def create_app(admin: AsyncAdmin, *, users: str | None = None, session_secret: s
         routes=_routes(),
         middleware=[
             Middleware(security.SecurityHeaders),
-            Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
-                       max_age=SESSION_MAX_AGE, same_site="lax"),
-            Middleware(security.LoginGate, required=user_file is not None),
+            Middleware(TrustedHostMiddleware, allowed_hosts=trusted, www_redirect=False),
+            Middleware(security.BodyLimit),
+            Middleware(security.PortSessions, secret_key=secret,
+                       max_age=logins.SESSION_MAX_AGE, same_site="lax"),
+            Middleware(logins.AccessGate),
         ],
         exception_handlers={BadInput: _bad_input, HTTPException: _http_error},
         lifespan=lifespan)

@@ -1,8 +1,8 @@
 """Line charts as inline SVG, drawn on the server: the pages need no script to show them.
 
 A chart is a few polylines over a time axis, with the highest value and the first and last
-times written on it and a legend of colored names below. Every name written into the SVG is
-escaped, as a template would.
+times (UTC, as everywhere on the dashboard) written on it and a legend of colored names
+below. Every name written into the SVG is escaped, as a template would.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
     parts.append(f'<text x="{pad_left}" y="{height - 6}" class="chart-label">'
                  f"{_clock(t0)}</text>")
     parts.append(f'<text x="{pad_left + inner_w}" y="{height - 6}" text-anchor="end" '
-                 f'class="chart-label">{_clock(t1)}</text>')
+                 f'class="chart-label">{_clock(t1)} UTC</text>')
     if unit:
         parts.append(f'<text x="{pad_left + inner_w / 2}" y="{height - 6}" '
                      f'text-anchor="middle" class="chart-label">{escape(unit)}</text>')
@@ -99,4 +99,5 @@ def _number(value: float) -> str:
 
 
 def _clock(at: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(at))
+    """A time of day in UTC."""
+    return time.strftime("%H:%M:%S", time.gmtime(at))

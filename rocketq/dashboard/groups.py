@@ -89,14 +89,15 @@ async def _or_problem(call: Awaitable[list[T]]) -> tuple[list[T], str | None]:
 
 async def reset_offset(request: Request) -> Response:
     """POST /groups/{name}/reset: move the group's offsets in a topic to the first message
-    stored at or after a time (online members consume from there at once)."""
+    stored at or after a time, in UTC (online members consume from there at once). Every
+    field is checked before the cluster is asked anything."""
     form = await change_form(request)
-    name = (await _group(request)).name
     topic = inputs.topic_name(inputs.text(form, "topic", limit=300))
     when = inputs.timestamp(inputs.text(form, "time"), "the time")
+    name = (await _group(request)).name
     await state(request).admin.reset_offset(name, topic, when)
     return redirect(request, group_path(name),
-                    f"Offsets of {name} in {topic} reset to {inputs.time_field(when)}.")
+                    f"Offsets of {name} in {topic} reset to {inputs.time_text(when)}.")
 
 
 async def skip_accumulated(request: Request) -> Response:

@@ -4,6 +4,10 @@ Each reader takes the raw text of a form field or query parameter and returns th
 raises BadInput with a message that says what was wrong and what is expected; the dashboard
 answers that with a 400 page. The checks are RocketMQ's own where it has them (topic names,
 group names), so a name the cluster would refuse never reaches it.
+
+Times are UTC throughout: a date and time typed without a zone is read as UTC, and every time
+the dashboard writes into a field or a table is UTC, so that what a page shows does not depend
+on the zone of the machine it runs on.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from ..protocol import IllegalTopicError, validate_topic
 
 #: Group names: RocketMQ's Validators.checkGroup (the topic rule, 255 characters at most).
 _GROUP = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
-#: Message ids: a unique id (UNIQ_KEY, 32 hex digits) or an offset id (32 hex digits for an
-#: IPv4 store host, 40 for IPv6).
-_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}(?:[0-9A-Fa-f]{8})?")
+#: Message ids: a unique id (UNIQ_KEY: 32 hex digits, 34 from a RocketMQ 5 client) or an
+#: offset id (32 hex digits); 56 for either made on an IPv6 host.
+_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}(?:[0-9A-Fa-f]{2}|[0-9A-Fa-f]{24})?")
 #: Message types a topic may take (RocketMQ 5's TopicMessageType).
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 #: Longest body a test message may have (the broker's default maxMessageSize is 4 MiB; a
@@ -26,6 +30,10 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 MAX_TEST_BODY = 64 * 1024
 #: Most queues a topic may be given from a form.
 MAX_QUEUES = 1024
+#: The times the dashboard takes and shows: from the epoch to the last ms of year 9999 (the
+#: end of Python's datetime), UTC.
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+MAX_MS = 253_402_300_799_999
 
 
 class BadInput(ValueError):
@@ -46,6 +54,17 @@ def text(form: Mapping[str, object], name: str, *, required: bool = True,
     value = value.strip()
     if required and not value:
         raise BadInput(f"the field '{name}' is required")
+    if len(value) > limit:
+        raise BadInput(f"the field '{name}' is longer than {limit} characters")
+    return value
+
+
+def secret(form: Mapping[str, object], name: str, *, limit: int = 1024) -> str:
+    """A form field exactly as sent, not stripped (a password may begin or end with spaces);
+    BadInput if too long."""
+    value = form.get(name)
+    if not isinstance(value, str):
+        return ""
     if len(value) > limit:
         raise BadInput(f"the field '{name}' is longer than {limit} characters")
     return value
@@ -73,7 +92,8 @@ def message_id(value: str) -> str:
     value = value.strip()
     if not _MSG_ID.fullmatch(value):
         raise BadInput(f"not a message id: {value!r} (a message id is 32 hexadecimal digits, "
-                       "as a send returns it, or the broker's offset id)")
+                       "34 from a RocketMQ 5 client, as a send returns it, or the broker's "
+                       "offset id)")
     return value.upper()
 
 
@@ -108,22 +128,38 @@ def perm(value: str) -> int:
 
 def timestamp(value: str, name: str) -> int:
     """A point in time as ms since the epoch, from ms since the epoch or a date-time as a
-    browser's datetime-local field sends it (``2024-05-01T12:00``, local time unless it
-    names its zone)."""
+    browser's datetime-local field sends it (``2024-05-01T12:00``, UTC unless it names its
+    zone). It must lie between the epoch and the end of year 9999 (``MAX_MS``): whatever is
+    asked of the cluster with it can also be written back on a page."""
     value = value.strip()
-    if value.isdigit():
-        return integer(value, name)
-    try:
-        when = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise BadInput(f"{name} is not a time: {value!r} (give a date and time such as "
-                       "2024-05-01T12:00, or ms since the epoch)") from None
-    try:
-        return int(when.timestamp() * 1000)
-    except (OverflowError, OSError, ValueError):
-        raise BadInput(f"{name} is out of range: {value!r}") from None
+    if len(value) > 64:
+        raise BadInput(f"{name} is not a time: it is longer than 64 characters")
+    if value.isascii() and value.isdigit():
+        ms = int(value)
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise BadInput(f"{name} is not a time: {value!r} (give a date and time in UTC "
+                           "such as 2024-05-01T12:00, or ms since the epoch)") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        delta = when - EPOCH
+        ms = delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+    if not 0 <= ms <= MAX_MS:
+        raise BadInput(f"{name} is out of range: {value!r} (times go from 1970-01-01 to "
+                       "9999-12-31, UTC)")
+    return ms
 
 
 def time_field(ms: int) -> str:
-    """ms since the epoch as a datetime-local field's value (local time, to the second)."""
-    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%dT%H:%M:%S")
+    """ms since the epoch as a datetime-local field's value (UTC, to the second); a time
+    before the epoch or past ``MAX_MS`` is written as the nearest of the two, so that any
+    number gives a field's value."""
+    ms = min(max(int(ms), 0), MAX_MS)
+    return (EPOCH + datetime.timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def time_text(ms: int) -> str:
+    """ms since the epoch as a person reads it in a notice: ``2024-05-01 12:00:00 UTC``."""
+    return time_field(ms).replace("T", " ") + " UTC"

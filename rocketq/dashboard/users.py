@@ -2,8 +2,10 @@
 
 The hash is scrypt (hashlib, standard library) with a random salt per entry, written as
 ``scrypt$<n>$<r>$<p>$<salt>$<key>`` (base64) so that its cost can grow without breaking older
-entries. The file holds no password, only these hashes; it is read again at each login, so a
-user added with ``rocketq dashboard add-user`` can log in without a restart.
+entries. The file holds no password, only these hashes. The dashboard reads it again whenever
+it changes on disk (it looks at every request), so a user added with ``rocketq dashboard
+add-user`` can log in without a restart, and a user removed from the file, or given a new
+password, is logged out at the next request (``stamp``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import base64
 import functools
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
 import tempfile
-from dataclasses import dataclass
+import threading
 
 #: scrypt's cost: 2**14 rounds of 8-block mixing, about 16 MiB and 50 ms per check, slow
 #: enough to make guessing a leaked file costly, fast enough for a login.
@@ -29,6 +32,8 @@ KEY_BYTES = 32
 USER_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 #: The shortest password add_user takes.
 MIN_PASSWORD = 8
+
+log = logging.getLogger("rocketq.dashboard")
 
 
 class UserFileError(ValueError):
@@ -75,11 +80,26 @@ def check_user_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
+def stamp(encoded: str) -> str:
+    """A short fingerprint of a user's entry (``name:hash``'s hash), kept in the session at
+    login: a new password makes a new entry, and so ends the sessions logged in with the old
+    one. It says nothing of the password: it is a digest of a salted scrypt hash."""
+    return hashlib.sha256(encoded.encode()).hexdigest()[:16]
+
+
 class UserFile:
     """A user file on disk (``--users PATH``)."""
 
-    path: str
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        #: (inode, mtime, size) of the file last read, and what it held.
+        self._seen: tuple[int, int, int] | None = None
+        self._users: dict[str, str] = {}
+        self._problem: str | None = None
+
+    def __repr__(self) -> str:
+        return f"UserFile({self.path!r})"
 
     def read(self) -> dict[str, str]:
         """``name -> hash`` of every entry; blank lines and ``#`` comments are skipped.
@@ -114,14 +134,41 @@ class UserFile:
                                 f"rocketq dashboard add-user NAME --users {self.path})")
         return len(users)
 
-    def authenticate(self, name: str, password: str) -> bool:
-        """Whether ``name`` is a user of the file with this ``password``."""
-        users = self.read()
-        encoded = users.get(name)
+    def current(self) -> dict[str, str]:
+        """``name -> hash`` as the file holds it now: read again only when it changed on
+        disk (another inode, mtime or size), so that asking at every request costs one
+        ``stat``. A file that cannot be read or is broken counts as having no users (every
+        login fails, every session ends) and says why in the log, once per change."""
+        try:
+            info = os.stat(self.path)
+            key: tuple[int, int, int] | None = (info.st_ino, info.st_mtime_ns, info.st_size)
+        except OSError:
+            key = None
+        with self._lock:
+            if key is not None and key == self._seen:
+                return self._users
+            try:
+                users, problem = self.read(), None
+            except UserFileError as exc:
+                users, problem = {}, str(exc)
+            if problem and problem != self._problem:
+                log.warning("dashboard: nobody can log in: %s", problem)
+            self._seen, self._users, self._problem = key, users, problem
+            return users
+
+    def entry(self, name: str) -> str | None:
+        """The hash of ``name`` in the file as it is now, None if it is not a user."""
+        return self.current().get(name)
+
+    def authenticate(self, name: str, password: str) -> str | None:
+        """The entry (hash) of ``name`` if it is a user of the file with this ``password``,
+        else None. It takes as long for a name the file does not hold, and it is slow (an
+        scrypt hash): the dashboard calls it in a worker thread."""
+        encoded = self.entry(name)
         if encoded is None:
             verify_password(password, _dummy())
-            return False
-        return verify_password(password, encoded)
+            return None
+        return encoded if verify_password(password, encoded) else None
 
     def add(self, name: str, password: str) -> bool:
         """Write ``name`` with ``password`` (hashed) into the file, replacing an entry of the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import pathlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -21,7 +21,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import ClientError
 from ..protocol import Perm
+from .inputs import EPOCH, MAX_MS
 from .sampler import Sampler
+from .throttle import LoginThrottle
 from .users import UserFile
 
 if TYPE_CHECKING:
@@ -38,17 +40,24 @@ FLASH_KEY = "flash"
 
 @dataclass
 class DashboardState:
-    """What the pages work with: the admin client, the sampler and, when logins are on, the
-    user file."""
+    """What the pages work with: the admin client, the sampler, when logins are on the user
+    file, and what keeps password checks from swamping the event loop."""
 
     admin: AsyncAdmin
     sampler: Sampler
     users: UserFile | None = None
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
     @property
     def login_required(self) -> bool:
         """Whether every page needs a logged-in user (a user file was given)."""
         return self.users is not None
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the dashboard refuses every change: without a user file nobody can log
+        in, and a change needs a logged-in user."""
+        return self.users is None
 
 
 def state(request: Request) -> DashboardState:
@@ -80,11 +89,13 @@ def redirect(request: Request, path: str, notice: str | None = None) -> Response
     return RedirectResponse(path, status_code=303)
 
 
-def missing(exc: Exception) -> bool:
+def missing(exc: ClientError) -> bool:
     """Whether an admin call's ClientError says that what it was asked about does not
-    exist: the admin client raises the root class itself for that, and its subclasses
-    (BrokerError, NameServerError, timeouts, closed connections) for other failures."""
-    return type(exc) is ClientError
+    exist: the admin client raises NotFoundError for that, and other ClientErrors (a
+    refusal, a broker away, a timeout) for other failures."""
+    from ..client.errors import NotFoundError
+
+    return isinstance(exc, NotFoundError)
 
 
 def topic_path(name: str) -> str:
@@ -98,17 +109,18 @@ def group_path(name: str) -> str:
 
 
 def _ms_time(ms: Any) -> str:
-    """ms since the epoch as local date and time (to the ms); '' for 0 or nothing."""
+    """ms since the epoch as UTC date and time (to the ms; the tables' headings say UTC); ''
+    for 0 or nothing."""
     try:
         value = int(ms)
     except (TypeError, ValueError):
         return ""
     if value <= 0:
         return ""
-    try:
-        return datetime.datetime.fromtimestamp(value / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    except (OverflowError, OSError, ValueError):
+    if value > MAX_MS:
         return str(value)
+    when = EPOCH + datetime.timedelta(milliseconds=value)
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _perm(value: Any) -> str:
@@ -165,7 +177,8 @@ ENV = _environment()
 def render(request: Request, template: str, context: dict[str, Any] | None = None, *,
            status: int = 200) -> HTMLResponse:
     """``template`` rendered for ``request``'s session: its user, its CSRF token, its
-    notices (shown once), whether logins are on, the sampler's last failure."""
+    notices (shown once), whether logins are on or the dashboard is read-only (its forms are
+    then left out), the sampler's last failure."""
     dash = request.app.state.dashboard
     has_session = "session" in request.scope
     session = request.session if has_session else {}
@@ -175,6 +188,7 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
         "csrf": csrf_token(request) if has_session else "",
         "notices": session.pop(FLASH_KEY, None) or [],
         "login_required": dash.login_required,
+        "read_only": dash.read_only,
         "sampler_error": dash.sampler.error,
         "path": request.url.path,
         **(context or {}),

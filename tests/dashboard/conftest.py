@@ -1,10 +1,12 @@
 """One standalone broker with some traffic, and dashboards in front of it, shared by the
 dashboard's tests: ``rocketq standalone --dashboard-port 0`` in a child process, a plain
-``rocketq dashboard`` (sampling every half second, so that the charts fill quickly) and one
-with a user file, each a child process as a user runs it."""
+``rocketq dashboard`` (read-only without a user file; sampling every half second, so that the
+charts fill quickly) and one with a user file whose user makes the changes, each a child
+process as a user runs it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.cookiejar
 import json
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 
 from rocketq import ConsumeResult, Message, Producer, PushConsumer
+from rocketq.asgi import AsgiServer
 from rocketq.client.admin import AsyncAdmin
 from rocketq.remoting import run
 
@@ -44,6 +47,8 @@ FAILING_GROUP = "dash-failing"
 LATE = 7
 HTML_BODY = '<script>alert("body")</script><b>bold</b>'
 USER, PASSWORD = "alice", "correct horse battery"
+#: A name the plain dashboard is told to answer to besides its address (--allowed-host).
+ALLOWED_HOST = "dash.example"
 
 
 class Process:
@@ -200,10 +205,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="session")
 def dashboard(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``rocketq dashboard`` without logins, sampling every half second; its URL."""
+    """``rocketq dashboard`` without a user file (read-only), sampling every half second and
+    answering to ALLOWED_HOST too; its URL."""
     log = tmp_path_factory.mktemp("dashboard") / "dashboard.log"
     process = Process(["dashboard", "--namesrv", cluster.namesrv, "--port", "0",
-                       "--interval", "0.5"], log, "rocketq dashboard on")
+                       "--interval", "0.5", "--allowed-host", ALLOWED_HOST], log,
+                      "rocketq dashboard on")
     try:
         yield process.url()
     finally:
@@ -240,17 +247,20 @@ class Page:
 
 
 class Browser:
-    """A plain HTTP client with a cookie jar (a session), following no redirects."""
+    """A plain HTTP client with a cookie jar (a session; ``jar``: one shared with another
+    client, as a browser shares its cookies between the ports of a host), following no
+    redirects."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, jar: http.cookiejar.CookieJar | None = None) -> None:
         self.base = base.rstrip("/")
-        self.jar = http.cookiejar.CookieJar()
+        self.jar = jar if jar is not None else http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(
             urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect())
 
-    def request(self, path: str, form: dict[str, str] | None = None) -> Page:
+    def request(self, path: str, form: dict[str, str] | None = None, *,
+                headers: dict[str, str] | None = None) -> Page:
         data = urllib.parse.urlencode(form).encode() if form is not None else None
-        request = urllib.request.Request(self.base + path, data=data)
+        request = urllib.request.Request(self.base + path, data=data, headers=headers or {})
         try:
             with self.opener.open(request, timeout=30) as response:
                 return Page(response.status, response.url, response.read().decode(),
@@ -266,6 +276,10 @@ class Browser:
             form = {"csrf": self.csrf(), **form}
         return self.request(path, form)
 
+    def log_in(self, user: str = USER, password: str = PASSWORD) -> Page:
+        """Log in with the login form; the answer (303 when it worked)."""
+        return self.post("/login", {"username": user, "password": password})
+
     def csrf(self) -> str:
         """The session's CSRF token, as the forms of the topics page (or of the login page,
         before a login) carry it."""
@@ -275,3 +289,52 @@ class Browser:
         found = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert found, page.text[:2000]
         return found.group(1)
+
+
+def logged_in(base: str, user: str = USER, password: str = PASSWORD) -> Browser:
+    """A session of ``base`` (a dashboard with a user file) logged in as ``user``: what a
+    change needs."""
+    web = Browser(base)
+    page = web.log_in(user, password)
+    assert page.status == 303, (page.status, page.text[:3000])
+    return web
+
+
+class EmptyAdmin:
+    """An admin client of an empty cluster: every call answers nothing; it notes whether it
+    was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return []
+        return call
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """Serve an app in this process, on a loop thread: ``serve(app)`` gives its base URL (no
+    trailing slash); the servers stop at the end of the test."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servers: list[AsgiServer] = []
+
+    def start(app: Any) -> str:
+        server = AsgiServer(app, "127.0.0.1", 0)
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+        servers.append(server)
+        return server.url.rstrip("/")
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

@@ -1,5 +1,6 @@
 """The dashboard as a person sees it, in headless Chromium: every page against a standalone
-broker with traffic, the forms that change things, and logins. A screenshot of each page goes
+broker with traffic (read-only, without a user file), the forms that change things (logged
+in, with a user file), and logins. A screenshot of each page goes
 to $ROCKETQ_SCREENSHOTS (or the test's temporary directory)."""
 
 from __future__ import annotations
@@ -123,6 +124,13 @@ def column(driver: Any, table: str, index: int) -> list[str]:
             if len(row.find_elements("css selector", "td")) > index]
 
 
+def log_in(driver: Any, base: str) -> None:
+    """Log in as USER with the login form."""
+    driver.get(f"{base}/login")
+    fill(driver, "#login", {"username": USER, "password": PASSWORD})
+    assert css(driver, "#user").text == USER
+
+
 def test_a_person_reads_the_cluster(browser: Any, dashboard: str, cluster: Cluster,
                                     shots: pathlib.Path) -> None:
     base = dashboard.rstrip("/")
@@ -138,11 +146,16 @@ def test_a_person_reads_the_cluster(browser: Any, dashboard: str, cluster: Clust
 
     browser.get(f"{base}/topics")
     assert TOPIC in column(browser, "#topics", 0)
+    # Without a user file: read-only, and no form to change anything.
+    assert css(browser, "#read-only").text == "read-only"
+    assert not all_css(browser, "#create-topic")
+    assert "--users FILE" in css(browser, ".hint.read-only").text
     browser.save_screenshot(str(shots / "topics.png"))
     click(browser, f'#topics a[href="/topics/{TOPIC}"]')
     assert css(browser, "#topic-name").text == TOPIC
     assert len(column(browser, "#queues", 0)) == 4
     assert sum(map(int, column(browser, "#queues", 3))) == STORED
+    assert not all_css(browser, "form[method=post]")
     browser.save_screenshot(str(shots / "topic.png"))
 
     browser.get(f"{base}/groups")
@@ -185,9 +198,10 @@ def test_a_person_reads_the_cluster(browser: Any, dashboard: str, cluster: Clust
     assert not all_css(browser, "#body b")  # shown as text, not markup
 
 
-def test_a_person_changes_things(browser: Any, dashboard: str, cluster: Cluster,
+def test_a_person_changes_things(browser: Any, guarded: str, cluster: Cluster,
                                  shots: pathlib.Path) -> None:
-    base = dashboard.rstrip("/")
+    base = guarded.rstrip("/")
+    log_in(browser, base)
     browser.get(f"{base}/topics")
     fill(browser, "#create-topic", {"name": "DashCreated", "queues": "2",
                                     "message_type": "FIFO"})

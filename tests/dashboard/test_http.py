@@ -1,6 +1,7 @@
 """The dashboard over plain HTTP: every page answers, bad input gets a clear 4xx page and
-never a traceback, whatever comes from a person or a message is escaped, changes need a CSRF
-token and, with a user file, a login."""
+never a traceback, whatever comes from a person or a message is escaped, only the expected
+Host names are answered, and changes need a logged-in user (none without a user file: the
+dashboard is then read-only) and a CSRF token."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import urllib.parse
 import pytest
 
 from .conftest import (
+    ALLOWED_HOST,
     FAILING_GROUP,
     PASSWORD,
+    POISON,
     ROCKETQ,
     STOPPED_GROUP,
     TOPIC,
@@ -20,6 +23,7 @@ from .conftest import (
     Browser,
     Cluster,
     Page,
+    logged_in,
 )
 
 pytestmark = pytest.mark.slow
@@ -73,6 +77,41 @@ def test_the_standalone_serves_its_own_dashboard(cluster: Cluster) -> None:
     assert page.status == 200 and TOPIC in page.text
 
 
+def test_only_the_expected_host_names_are_answered(dashboard: str) -> None:
+    web = Browser(dashboard)
+    for foreign in ("evil.example", "evil.example:80", "127.0.0.1.evil.example"):
+        page = web.request("/topics", headers={"Host": foreign})
+        assert page.status == 400, (foreign, page.status, page.text[:300])
+        assert TOPIC not in page.text
+    port = urllib.parse.urlsplit(dashboard).port
+    for name in (f"localhost:{port}", f"127.0.0.1:{port}", ALLOWED_HOST,
+                 f"{ALLOWED_HOST.upper()}:8080"):
+        page = web.request("/topics", headers={"Host": name})
+        assert page.status == 200 and TOPIC in page.text, (name, page.status)
+
+
+def test_without_a_user_file_the_dashboard_is_read_only(dashboard: str,
+                                                        cluster: Cluster) -> None:
+    web = Browser(dashboard)
+    page = web.get(f"/topics/{TOPIC}")
+    assert page.status == 200 and "Read-only" in page.text
+    assert 'method="post"' not in page.text and 'name="csrf"' not in page.text
+    assert 'id="read-only"' in page.text
+    before = cluster.admin(lambda a: a.topic(TOPIC))
+    for path, form in CHANGES:
+        for token in ({}, {"csrf": "x" * 43}):
+            refused(web.post(path, {**form, **token}, csrf=False), 403,
+                    "read-only", "rocketq dashboard add-user NAME --users FILE",
+                    "--users FILE", "--dashboard-users FILE")
+    refused(web.post("/login", {"username": USER, "password": PASSWORD}, csrf=False), 403,
+            "read-only")
+    after = cluster.admin(lambda a: a.topic(TOPIC))
+    assert (after.read_queues, after.write_queues, after.perm, after.message_type) == \
+        (before.read_queues, before.write_queues, before.perm, before.message_type)
+    assert "DashNever" not in web.get("/topics").text
+    assert "dash-never" not in web.get("/groups?system=1").text
+
+
 def test_unknown_things_are_404(dashboard: str) -> None:
     web = Browser(dashboard)
     refused(web.get("/topics/NoSuchTopic"), 404, "NoSuchTopic")
@@ -83,8 +122,8 @@ def test_unknown_things_are_404(dashboard: str) -> None:
     refused(web.get("/messages?by=key&topic=NoSuchTopic&key=k"), 404, "NoSuchTopic")
 
 
-def test_names_rocketmq_refuses_are_refused_and_echoed_escaped(dashboard: str) -> None:
-    web = Browser(dashboard)
+def test_names_rocketmq_refuses_are_refused_and_echoed_escaped(guarded: str) -> None:
+    web = logged_in(guarded)
     page = web.get("/topics/" + urllib.parse.quote("<b>x", safe=""))
     refused(page, 400, "not a valid topic name", "&lt;b&gt;x")
     assert "<b>x" not in page.text
@@ -99,8 +138,8 @@ def test_names_rocketmq_refuses_are_refused_and_echoed_escaped(dashboard: str) -
     refused(page, 400, "&#34;&gt;&lt;svg onload=x&gt;")
 
 
-def test_bad_numbers_times_and_ids_are_refused(dashboard: str) -> None:
-    web = Browser(dashboard)
+def test_bad_numbers_times_and_ids_are_refused(guarded: str) -> None:
+    web = logged_in(guarded)
     refused(web.post("/topics", {"name": "DashBad", "queues": "many"}), 400,
             "the number of queues must be a whole number")
     refused(web.post("/topics", {"name": "DashBad", "queues": "0"}), 400, "between 1 and")
@@ -117,6 +156,8 @@ def test_bad_numbers_times_and_ids_are_refused(dashboard: str) -> None:
             400, "not a time", "yesterday")
     refused(web.post(f"/groups/{STOPPED_GROUP}/reset", {"topic": TOPIC}), 400,
             "the field 'time' is required")
+    refused(web.get(f"/messages?by=time&topic={TOPIC}&begin=1900-01-01T00:00"
+                    f"&end=2024-05-01T00:00"), 400, "out of range")
     refused(web.get(f"/messages?by=time&topic={TOPIC}&begin=soon&end=later"), 400,
             "not a time")
     refused(web.get(f"/messages?by=time&topic={TOPIC}&begin=2024-05-02T00:00"
@@ -142,9 +183,36 @@ def test_a_message_body_and_keys_are_shown_escaped(dashboard: str, cluster: Clus
     assert cluster.ids["order-3"] in found.text
 
 
-def test_changes_need_the_session_csrf_token(dashboard: str) -> None:
-    web = Browser(dashboard)
-    web.get("/topics")  # a session with a token
+def test_a_reset_to_a_time_out_of_range_is_refused_before_it_runs(guarded: str,
+                                                                  cluster: Cluster) -> None:
+    web = logged_in(guarded)
+    # One more message in POISON: FAILING_GROUP (offline) lags by it, so a reset shows.
+    cluster.admin(lambda a: a.send_message(POISON, b"one more", keys="poison-late"))
+
+    def lag() -> int:
+        return cluster.admin(lambda a: a.consumer_progress(FAILING_GROUP, POISON)).total_lag
+
+    before = lag()
+    assert before >= 1
+    for when, words in [("99999999999999999", "the time is out of range"),
+                        ("9999-12-31T23:59:59-05:00", "the time is out of range"),
+                        ("1969-12-31T23:59:59", "the time is out of range"),
+                        ("0001-01-01T00:00", "the time is out of range"),
+                        ("10000-01-01T00:00", "the time is not a time"),
+                        ("9" * 5000, "longer than 1024 characters")]:
+        page = web.post(f"/groups/{FAILING_GROUP}/reset", {"topic": POISON, "time": when})
+        refused(page, 400, words)
+    assert lag() == before
+    page = web.post(f"/groups/{FAILING_GROUP}/reset", {"topic": POISON,
+                                                      "time": "9999-12-31T23:59:59"})
+    assert page.status == 303, page.text[:3000]
+    assert "reset to 9999-12-31 23:59:59 UTC" in html.unescape(web.get(page.headers[
+        "Location"]).text)
+    assert lag() == 0
+
+
+def test_changes_need_the_session_csrf_token(guarded: str) -> None:
+    web = logged_in(guarded)
     for path, form in CHANGES:
         refused(web.post(path, form, csrf=False), 403, "Reload the page")
         refused(web.post(path, {**form, "csrf": "x" * 43}, csrf=False), 403)
@@ -237,8 +305,8 @@ def test_with_the_acl_on_it_signs_with_its_credentials(tmp_path) -> None:
             assert process.stop() == 0, process.log.read_text()[-3000:]
 
 
-def test_topic_and_group_forms_change_the_cluster(dashboard: str) -> None:
-    web = Browser(dashboard)
+def test_topic_and_group_forms_change_the_cluster(guarded: str) -> None:
+    web = logged_in(guarded)
     made = web.post("/topics", {"name": "DashShort", "queues": "4", "message_type": "NORMAL"})
     assert made.status == 303 and made.headers["Location"] == "/topics/DashShort"
     changed = web.post("/topics/DashShort/update", {"read_queues": "4", "write_queues": "2",

@@ -1,10 +1,12 @@
 """The dashboard's parts without a cluster: the user file and add-user, input checks, charts,
-the sampler's bounded history, and the pages it answers when the cluster fails (an admin
-client that raises, served by the real server on a loop thread)."""
+the sampler's bounded history, the pages it answers when the cluster fails (an admin client
+that raises, served by the real server on a loop thread), and the server's start and stop
+when something fails."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import socket
@@ -12,11 +14,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import uvicorn
 
 from rocketq.asgi import AsgiServer
 from rocketq.cli import main
@@ -24,9 +27,12 @@ from rocketq.client.errors import BrokerError
 from rocketq.dashboard import UserFile, UserFileError, create_app, inputs
 from rocketq.dashboard.charts import line_chart
 from rocketq.dashboard.sampler import Sampler
-from rocketq.dashboard.security import safe_next
+from rocketq.dashboard.security import allowed_hosts, safe_next
 from rocketq.dashboard.users import hash_password, verify_password
+from rocketq.dashboard.web import _ms_time
 from rocketq.errors import ClientTimeoutError
+
+from .conftest import EmptyAdmin
 
 
 def test_passwords_are_salted_slow_hashes() -> None:
@@ -82,8 +88,6 @@ def test_inputs() -> None:
     with pytest.raises(inputs.BadInput):
         inputs.message_id("7f00000" * 4)
     assert inputs.timestamp("1700000000000", "t") == 1700000000000
-    assert inputs.timestamp("2024-05-01T12:00", "t") > 0
-    assert inputs.timestamp("2024-05-01T12:00:00+00:00", "t") == 1714564800000
     with pytest.raises(inputs.BadInput, match="not a time"):
         inputs.timestamp("2024-13-01T12:00", "t")
     with pytest.raises(inputs.BadInput, match="between 1 and 8"):
@@ -91,6 +95,59 @@ def test_inputs() -> None:
     assert safe_next("/topics?system=1") == "/topics?system=1"
     for elsewhere in ("https://evil.example/", "//evil.example/", "/\\evil", "topics"):
         assert safe_next(elsewhere) == "/"
+
+
+def test_times_are_utc_and_in_range_whatever_the_local_zone(monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert inputs.timestamp("2024-05-01T12:00", "t") == 1714564800000
+        assert inputs.timestamp("2024-05-01T12:00:00", "t") == 1714564800000
+        assert inputs.timestamp("2024-05-01T14:00+02:00", "t") == 1714564800000
+        assert inputs.time_field(1714564800000) == "2024-05-01T12:00:00"
+        assert inputs.time_text(1714564800000) == "2024-05-01 12:00:00 UTC"
+        assert _ms_time(1714564800123) == "2024-05-01 12:00:00.123"
+        assert line_chart({"a": [(1714564800.0, 1.0), (1714565400.0, 2.0)]},
+                          title="t").count("12:10:00 UTC") == 1
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert inputs.timestamp("0", "t") == 0
+    assert inputs.timestamp("9999-12-31T23:59:59", "t") == inputs.MAX_MS - 999
+    for value in ("99999999999999999", "9999-12-31T23:59:59-05:00", "1969-12-31T23:59:59",
+                  "0001-01-01T00:00", "0001-01-01T00:00+05:00"):
+        with pytest.raises(inputs.BadInput, match="out of range"):
+            inputs.timestamp(value, "the time")
+    for value in ("-5", "10000-01-01T00:00", "1e5", "\u00b2"):
+        with pytest.raises(inputs.BadInput, match="not a time"):
+            inputs.timestamp(value, "the time")
+    with pytest.raises(inputs.BadInput, match="longer than 64"):
+        inputs.timestamp("9" * 5000, "the time")
+    # Whatever the number, a field's value: the nearest end of the range.
+    for ms, field in [(-1, "1970-01-01T00:00:00"), (-10 ** 30, "1970-01-01T00:00:00"),
+                      (10 ** 30, "9999-12-31T23:59:59"), (inputs.MAX_MS, "9999-12-31T23:59:59")]:
+        assert inputs.time_field(ms) == field
+    assert _ms_time(10 ** 30) == str(10 ** 30) and _ms_time(0) == "" and _ms_time("x") == ""
+
+
+def test_passwords_are_read_as_sent() -> None:
+    form = {"password": "  spaced out  ", "name": "  alice  "}
+    assert inputs.secret(form, "password") == "  spaced out  "
+    assert inputs.text(form, "name") == "alice"
+    assert inputs.secret({}, "password") == ""
+    with pytest.raises(inputs.BadInput, match="longer than 4"):
+        inputs.secret(form, "password", limit=4)
+
+
+def test_allowed_hosts() -> None:
+    assert allowed_hosts() == ["localhost", "127.0.0.1", "[::1]"]
+    assert allowed_hosts(["0.0.0.0", "::", "[::1]", "Dash.Example", "*.example.org", "*"]) \
+        == ["localhost", "127.0.0.1", "[::1]", "0.0.0.0", "[::]", "dash.example",
+            "*.example.org", "*"]
+    for bad in ("dash.example:8080", "http://dash.example", "dash.example/x", "*dash", "",
+                "a..b", "[dash.example]"):
+        with pytest.raises(ValueError, match="not a host name"):
+            allowed_hosts([bad])
 
 
 def test_charts_escape_names_and_wait_for_two_points() -> None:
@@ -104,10 +161,14 @@ def test_charts_escape_names_and_wait_for_two_points() -> None:
 
 def test_the_sampler_keeps_a_bounded_history() -> None:
     class Admin:
+        """Answers six samples, then blocks: the history holds exactly those six."""
+
         calls = 0
 
         async def cluster(self) -> list[Any]:
             Admin.calls += 1
+            if Admin.calls > 6:
+                await asyncio.Event().wait()
             return [SimpleNamespace(broker_name="b", broker_id=0, put_tps=Admin.calls,
                                     get_tps=1.0, error=None),
                     SimpleNamespace(broker_name="down", broker_id=0, put_tps=0, get_tps=0,
@@ -123,7 +184,8 @@ def test_the_sampler_keeps_a_bounded_history() -> None:
     async def go() -> Sampler:
         sampler = Sampler(Admin(), interval=0.01, history=3)
         sampler.start()
-        while Admin.calls < 6:
+        deadline = time.monotonic() + 10
+        while Admin.calls <= 6 and time.monotonic() < deadline:  # the 7th call blocks
             await asyncio.sleep(0.01)
         await sampler.stop()
         return sampler
@@ -133,6 +195,17 @@ def test_the_sampler_keeps_a_bounded_history() -> None:
     assert list(sampler.tps_series()) == ["b put", "b get"]
     assert [v for _, v in sampler.tps_series()["b put"]] == [4.0, 5.0, 6.0]
     assert sampler.lag_series() == {"g": [(s.at, 5.0) for s in sampler.samples]}
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 10) -> Any:
+    """``check()`` once it is true; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 class FailingAdmin:
@@ -145,29 +218,6 @@ class FailingAdmin:
         async def call(*args: Any, **kwargs: Any) -> Any:
             raise self.error
         return call
-
-
-@pytest.fixture
-def serve() -> Iterator[Any]:
-    """Serve an app on a loop thread; return its base URL."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    servers: list[AsgiServer] = []
-
-    def start(app: Any) -> str:
-        server = AsgiServer(app, "127.0.0.1", 0)
-        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
-        servers.append(server)
-        return server.url.rstrip("/")
-
-    try:
-        yield start
-    finally:
-        for server in servers:
-            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
 
 
 def fetch(url: str) -> tuple[int, str]:
@@ -190,8 +240,7 @@ def test_a_failing_cluster_gets_a_page_not_a_traceback(serve: Any, error: BaseEx
     got, text = fetch(f"{base}/topics")
     assert got == status and words in text
     assert "Traceback" not in text and "an internal detail" not in text
-    time.sleep(0.2)
-    assert "could not be sampled" in fetch(f"{base}/cluster")[1]
+    until(lambda: "could not be sampled" in fetch(f"{base}/cluster")[1], "the sampler's error")
 
 
 def test_the_server_stops_and_frees_its_port() -> None:
@@ -240,3 +289,71 @@ def test_a_session_secret_file_is_made_once_and_kept(tmp_path) -> None:
     (tmp_path / "short").write_text("tiny\n")
     with pytest.raises(ValueError, match="shorter than 32"):
         session_secret(str(tmp_path / "short"))
+
+
+def test_the_server_stops_and_closes_its_socket_when_its_loop_failed(monkeypatch) -> None:
+    async def broken(self: Any) -> None:
+        raise RuntimeError("the serving loop broke")
+
+    monkeypatch.setattr(uvicorn.Server, "main_loop", broken)
+    admin = EmptyAdmin()
+
+    async def go() -> int:
+        server = AsgiServer(create_app(admin, close_admin=True), "127.0.0.1", 0)
+        await server.start()
+        await server.stop()
+        return server.port
+
+    port = asyncio.run(go())
+    assert admin.closed  # the application's shutdown ran
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_an_application_that_fails_to_start_leaves_nothing_listening() -> None:
+    from starlette.applications import Starlette
+
+    @contextlib.asynccontextmanager
+    async def broken(app: Any) -> Any:
+        raise RuntimeError("no start")
+        yield
+
+    async def go() -> int:
+        server = AsgiServer(Starlette(lifespan=broken), "127.0.0.1", 0)
+        with pytest.raises(RuntimeError, match="failed to start"):
+            await server.start()
+        await server.stop()  # nothing to stop: no error either
+        return server.port
+
+    port = asyncio.run(go())
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_a_standalone_dashboard_that_cannot_start_closes_its_admin(monkeypatch) -> None:
+    from rocketq.broker.config import BrokerConfig
+    from rocketq.cli.dashboard import start_for_standalone
+
+    made: list[EmptyAdmin] = []
+
+    def admin(*args: Any, **kwargs: Any) -> EmptyAdmin:
+        made.append(EmptyAdmin())
+        return made[-1]
+
+    monkeypatch.setattr("rocketq.client.admin.AsyncAdmin", admin)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    args = SimpleNamespace(dashboard_port=taken.getsockname()[1], dashboard_host="127.0.0.1",
+                           dashboard_users=None, dashboard_allowed_host=[])
+    broker = SimpleNamespace(config=BrokerConfig(), acl=None)
+    try:
+        with pytest.raises(OSError, match="cannot listen"):
+            asyncio.run(start_for_standalone(args, broker, "127.0.0.1:9876"))
+        assert len(made) == 1 and made[0].closed
+        args.dashboard_port, args.dashboard_allowed_host = 0, ["dash.example:80"]
+        with pytest.raises(ValueError, match="not a host name"):
+            asyncio.run(start_for_standalone(args, broker, "127.0.0.1:9876"))
+        assert len(made) == 2 and made[1].closed
+    finally:
+        taken.close()
