@@ -33,7 +33,7 @@ def add_connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -
     def default(value: Any) -> Any:
         return value if defaults else argparse.SUPPRESS
 
-    parser.add_argument("--namesrv", default=default(default_namesrv()),
+    parser.add_argument("-n", "--namesrv", default=default(default_namesrv()),
                         help=f"NameServer addresses, ';'-separated (default: ${NAMESRV_ENV}, "
                              f"else {DEFAULT_NAMESRV})")
     parser.add_argument("--access-key", default=default(os.environ.get("ROCKETQ_ACCESS_KEY")),
