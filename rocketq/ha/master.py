@@ -3,7 +3,9 @@
 Each slave connects to the master's HA port and reports its max CommitLog offset; the master
 streams its CommitLog from there in chunks of at most ``haTransferBatchSize`` bytes, sends a
 heartbeat (an empty chunk) when idle for ``haSendHeartbeatInterval``, and keeps the highest
-offset any slave acknowledged (``push2SlaveMaxOffset``): SYNC_MASTER sends wait on it.
+offset any slave acknowledged (``push2SlaveMaxOffset``): SYNC_MASTER sends wait on it. A link
+whose slave said nothing for ``haHousekeepingInterval`` is dropped, idle or blocked writing
+(a partition leaves both ends' connection established), as RocketMQ's is.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class HAConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         #: The confirmOffset last sent on this link (controller mode).
         self._told = 0
+        self._watchdog: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ reading
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -68,6 +71,7 @@ class HAConnection(asyncio.Protocol):
             return
         self.server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._transfer())
+        self._watch()
         log.info("slave %s connected", self.peer)
 
     def data_received(self, data: bytes) -> None:
@@ -98,6 +102,8 @@ class HAConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._task is not None:
             self._task.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         log.info("slave %s disconnected", self.peer)
 
     def pause_writing(self) -> None:
@@ -111,6 +117,22 @@ class HAConnection(asyncio.Protocol):
         log.warning("closing the HA link of slave %s: %s", self.peer, reason)
         if self.transport is not None:
             self.transport.close()
+
+    def _watch(self) -> None:
+        """Drop the link once the slave has said nothing for ``haHousekeepingInterval``,
+        whatever the link waits on (a first report, new bytes, or room in a send buffer that
+        a partition keeps full). Checked on a timer, at most a second apart."""
+        silence = self.server.store.config.haHousekeepingInterval / 1000
+        quiet = time.monotonic() - self.last_read
+        if quiet > silence:
+            log.warning("closing the HA link of slave %s: nothing heard for %.1f s",
+                        self.peer, quiet)
+            if self.transport is not None:
+                # abort, not close: a close waits for the queued bytes to leave first.
+                self.transport.abort()
+            return
+        delay = min(1.0, silence / 4, silence - quiet + 0.01)
+        self._watchdog = asyncio.get_running_loop().call_later(delay, self._watch)
 
     @property
     def broker_id(self) -> int | None:
@@ -155,10 +177,6 @@ class HAConnection(asyncio.Protocol):
                     # the group has confirmed.
                     transport.write(encode_transfer_header(position, 0, self._confirm()))
                     last_write = now
-                if now - self.last_read > config.haHousekeepingInterval / 1000:
-                    self.close("nothing heard for "
-                               f"{config.haHousekeepingInterval / 1000:.0f} s")
-                    return
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(heartbeat):

@@ -4,8 +4,10 @@ The slave connects to its master's HA port, reports its max CommitLog offset, wr
 chunk the master sends at exactly that offset (its log stays the master's byte for byte) and
 reports again after each; the store dispatches the bytes into ConsumeQueues and the index as
 it does its own appends. A chunk for any other offset means the two logs have parted: the
-link is dropped and made again, as RocketMQ does. Reconnects every few seconds while the
-master is away.
+link is dropped and made again, as RocketMQ does. So is a link on which the master sent
+nothing, not even its idle heartbeat, for ``haHousekeepingInterval`` (a partition leaves the
+connection established at both ends), and a connection not made within ``connect_timeout``.
+Reconnects every ``reconnect_interval`` seconds while the master is away.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as _ssl
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from ..store import MessageStore
 from .protocol import HAProtocolError, TransferReader, encode_hello, encode_report
@@ -23,6 +27,17 @@ log = logging.getLogger("rocketq.ha")
 #: A chunk larger than this is garbage, whatever the master's batch size.
 _MAX_CHUNK = 64 << 20
 
+_T = TypeVar("_T")
+
+
+async def _within(seconds: float, what: str, step: Awaitable[_T]) -> _T:
+    """``step``, or OSError saying ``what`` did not happen within ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await step
+    except TimeoutError:
+        raise OSError(f"{what} took over {seconds:g} s") from None
+
 
 class HAClient:
     """Follows one master; ``master_address`` says where its HA port is (it may change, as
@@ -30,7 +45,7 @@ class HAClient:
 
     def __init__(self, store: MessageStore, master_address: Callable[[], str],
                  reconnect_interval: float = 5.0, hello: int | None = None,
-                 ssl: _ssl.SSLContext | None = None) -> None:
+                 ssl: _ssl.SSLContext | None = None, connect_timeout: float = 5.0) -> None:
         self.store = store
         #: TLS for the link, when the master's HA port wants it.
         self.ssl = ssl
@@ -38,6 +53,10 @@ class HAClient:
         self.hello = hello
         self.master_address = master_address
         self.reconnect_interval = reconnect_interval
+        #: Seconds a connection (and its TLS handshake) may take, as RocketMQ's 5 s.
+        self.connect_timeout = connect_timeout
+        #: How many links this client has made (each reconnect is one more).
+        self.links = 0
         #: The master this slave follows now, if connected.
         self.connected_to: str | None = None
         #: Controller mode: the master's confirmOffset as last heard (-1: none yet). The
@@ -69,7 +88,10 @@ class HAClient:
 
     async def _follow(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.open_connection(host, int(port), ssl=self.ssl)
+        reader, writer = await _within(
+            self.connect_timeout, f"connecting to {address}",
+            asyncio.open_connection(host, int(port), ssl=self.ssl))
+        self.links += 1
         store = self.store
         config = store.config
         heartbeat = config.haSendHeartbeatInterval / 1000
@@ -80,21 +102,29 @@ class HAClient:
             if self.hello is not None:
                 writer.write(encode_hello(self.hello))
             writer.write(encode_report(store.commitlog.max_offset))
+            reported = heard = time.monotonic()
             log.info("following master %s from offset %d", address,
                      store.commitlog.max_offset)
             while True:
+                now = time.monotonic()
+                if now - heard >= silence:
+                    # Not even a heartbeat: the link is dead or stuck; make a new one.
+                    raise OSError(f"nothing heard from the master for {now - heard:.1f} s")
+                # Wake to report (RocketMQ's isTimeToReportOffset) or to give up on silence.
+                wait = max(0.0, min(reported + heartbeat, heard + silence) - now)
                 try:
                     # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
                     # cancellation that meets a read completing, and the link never stops.
-                    async with asyncio.timeout(min(heartbeat, silence)):
+                    async with asyncio.timeout(wait):
                         data = await reader.read(1 << 16)
                 except TimeoutError:
-                    writer.write(encode_report(store.commitlog.max_offset))
-                    continue
-                if not data:
-                    raise OSError("the master closed the link")
+                    data = None
+                else:
+                    if not data:
+                        raise OSError("the master closed the link")
+                    heard = time.monotonic()
                 wrote = False
-                for offset, body in chunks.feed(data):
+                for offset, body in chunks.feed(data or b""):
                     mine = store.commitlog.max_offset
                     if mine != 0 and offset != mine:
                         raise HAProtocolError(
@@ -105,8 +135,10 @@ class HAClient:
                 if chunks.confirm > self.confirm_offset:
                     self.confirm_offset = chunks.confirm
                     store.dispatch_more()
-                if wrote:
+                if wrote or time.monotonic() - reported >= heartbeat:
                     writer.write(encode_report(store.commitlog.max_offset))
-                await writer.drain()
+                    reported = time.monotonic()
+                    # Bounded too: a master that reads nothing fills this send buffer.
+                    await _within(silence, "sending a report", writer.drain())
         finally:
             writer.transport.abort()
