@@ -375,14 +375,14 @@ class Broker:
                           hello: int | None = None) -> None:
         """Follow a master's log and copy its metadata."""
         assert self.loop is not None and self.store is not None
-        # A controller-mode slave may hear of its new master before that one serves: it
-        # tries again soon rather than after a heartbeat interval.
+        # A controller-mode slave may hear of its master before that one serves: retry soon.
         retry = min(5.0, self.store_config.haSendHeartbeatInterval / 1000)
         self.ha_client = HAClient(self.store, master_ha_addr,
                                   retry if hello is None else min(retry, 0.3), hello=hello,
                                   ssl=self._outgoing_tls)
         self.ha_client.start()
         client = self.ha_client
+        self.registration.ha_client = lambda: self.ha_client
         self.pull.slave_serves = lambda: (self.config.slaveReadEnable
                                           or client.connected_to is None)
         # Controller mode copies every 3 s, as RocketMQ 5 does: a slave may become master at

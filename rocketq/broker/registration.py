@@ -5,6 +5,12 @@ The broker registers its topic table with every NameServer at start, every
 ``registerNameServerPeriod`` after that, and at once when its topics change; it unregisters
 when it stops. A NameServer that refuses or cannot be reached is logged and tried again at the
 next round: the others are not held up.
+
+A slave (not in controller mode) whose NameServers answer with no master (it started first,
+or its master is gone), or whose HA link is down, registers again after 1 s, then a little
+later each round up to 5 s, until an answer names a master and it follows it; its HA client
+connects at once to a master newly named. RocketMQ's slave waits for the
+next period, and a SYNC_MASTER refuses sends as SLAVE_NOT_AVAILABLE meanwhile.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -23,7 +30,17 @@ from ..remoting import RemotingClient, RemotingError
 from .config import BrokerConfig
 from .topics import TopicTable
 
+if TYPE_CHECKING:
+    from ..ha.slave import HAClient
+
 log = logging.getLogger("rocketq.broker")
+
+
+#: Seconds before a slave seeking its master registers again, at first and at most (x1.5 a
+#: round), and how often a slave looks whether it still follows its master.
+_SEEK_FIRST = 1.0
+_SEEK_MOST = 5.0
+_TICK = 0.5
 
 
 class DuplicateBrokerError(ValueError):
@@ -57,6 +74,13 @@ class Registration:
         #: NameServer -> why it refused the last registration because another live broker
         #: holds this broker's name and id (empty when none did).
         self.conflicts: dict[str, str] = {}
+        #: A slave: whether the last answers named no master (a NameServer answered, none
+        #: named one); and the seconds before it registers again while it seeks one.
+        self.masterless = False
+        self._retry = _SEEK_FIRST
+        #: A slave: its HA client now, if any; told to connect when a master is named.
+        self.ha_client: Callable[[], HAClient | None] = lambda: None
+        self._restarting = False
 
     def start(self) -> None:
         """From now on a change of the topics registers at once (see ``soon``)."""
@@ -68,15 +92,40 @@ class Registration:
             self._soon.set()
 
     async def run(self) -> None:
-        """Register every ``registerNameServerPeriod``, or sooner when asked, until cancelled."""
+        """Register every ``registerNameServerPeriod``, or sooner when asked or while this
+        slave seeks its master, until cancelled."""
         assert self._soon is not None, "start() first"
+        last = time.monotonic()
         while True:
-            with contextlib.suppress(TimeoutError):
-                # Read on each round: UPDATE_BROKER_CONFIG may change the period.
-                async with asyncio.timeout(self.config.registerNameServerPeriod / 1000):
-                    await self._soon.wait()
+            seeking = self._seeking()
+            if not seeking:
+                self._retry = _SEEK_FIRST
+            # Read on each round: UPDATE_BROKER_CONFIG may change the period.
+            period = self.config.registerNameServerPeriod / 1000
+            left = last + (min(period, self._retry) if seeking else period) - time.monotonic()
+            if left > 0 and not self._soon.is_set():
+                with contextlib.suppress(TimeoutError):
+                    # A slave looks again soon: its link to its master may drop meanwhile.
+                    async with asyncio.timeout(min(left, _TICK) if self._follows() else left):
+                        await self._soon.wait()
+                continue
             self._soon.clear()
+            last = time.monotonic()
             await self.register_all()
+            if seeking:
+                self._retry = min(self._retry * 1.5, _SEEK_MOST)
+
+    def _follows(self) -> bool:
+        """A slave not in controller mode (there the controller names its master)."""
+        return self.config.brokerId != 0 and not self.config.enableControllerMode
+
+    def _seeking(self) -> bool:
+        """A slave that knows no master (the last answers named none) or follows none now (its
+        master is gone, or moved): it registers every few seconds until it does."""
+        if not self._follows():
+            return False
+        client = self.ha_client()
+        return self.masterless or (client is not None and client.connected_to is None)
 
     def header(self) -> dict[str, Any]:
         """The fields that name this broker in REGISTER_BROKER and UNREGISTER_BROKER."""
@@ -96,6 +145,8 @@ class Registration:
                              "filterServerList": []})
         header = {**self.header(), "haServerAddr": self.ha_server_addr or self.config.broker_addr,
                   "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+        #: Per NameServer that answered: the master it named, if any.
+        named: list[tuple[str, str] | None] = []
 
         async def one(addr: str) -> None:
             cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body)
@@ -116,12 +167,46 @@ class Registration:
                 elif self.config.brokerId != 0:
                     # A slave learns where its master is (RocketMQ's updateHaMasterAddress).
                     master, ha = r.ext_fields.get("masterAddr"), r.ext_fields.get("haServerAddr")
-                    if master and ha:
-                        self.master_addr, self.master_ha_addr = master, ha
+                    named.append((master, ha) if master and ha else None)
             except (RemotingError, OSError) as exc:
                 log.warning("cannot register with NameServer %s: %s", addr, exc)
 
         await asyncio.gather(*(one(a) for a in self.config.namesrv_addrs))
+        if self.config.brokerId != 0 and named:
+            await self._learn_master([n for n in named if n is not None])
+
+    async def _learn_master(self, named: list[tuple[str, str]]) -> None:
+        """A slave: take the master the NameServers named (RocketMQ's updateHaMasterAddress);
+        none named, keep the last one and ask again soon."""
+        if self.config.enableControllerMode:
+            # The controller names the master; these answers only confirm it.
+            if named:
+                self.master_addr, self.master_ha_addr = named[0]
+            return
+        was_masterless, self.masterless = self.masterless, not named
+        if not named:
+            if not was_masterless:
+                log.info("the NameServers name no master for %s; registering again every "
+                         "%g-%g s until they do", self.config.brokerName, _SEEK_FIRST,
+                         _SEEK_MOST)
+            return
+        if was_masterless or named[0] != (self.master_addr, self.master_ha_addr):
+            self.master_addr, self.master_ha_addr = named[0]
+            log.info("master of %s: %s (HA %s)", self.config.brokerName, *named[0])
+            await self._follow_now()
+
+    async def _follow_now(self) -> None:
+        """Have an HA client that follows no master connect now, not after its retry interval."""
+        client = self.ha_client()
+        if client is None or client.connected_to is not None or self._restarting:
+            return
+        self._restarting = True  # two rounds at once (a topic change) restart it once
+        try:
+            await client.stop()
+            if self.ha_client() is client:  # not stopped with its broker meanwhile
+                client.start()
+        finally:
+            self._restarting = False
 
     async def unregister_all(self) -> None:
         """UNREGISTER_BROKER to every NameServer; one that does not answer is left to expire
