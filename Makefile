@@ -27,8 +27,9 @@ run: $(BASE)
 	$(BIN)/rocketq standalone $(RUN_ARGS)
 
 # The etcd server the controller's etcd engine is tested against (Debian's etcd-server), the
-# headless Chromium and its driver the dashboard's browser tests drive, and the openssl
-# command the TLS tests handshake with.
+# headless Chromium and its driver the dashboard's browser tests drive, the openssl
+# command the TLS tests handshake with, and ip and nft, with which the partition tests
+# (tests/partitions, as root) put each process in a network namespace and cut links.
 test-deps:
 	@command -v etcd >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
@@ -36,6 +37,10 @@ test-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
 	@command -v openssl >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
+	@command -v ip >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2)
+	@command -v nft >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables)
 
 # Every test runs on the compiled codec, spread over worker processes (most tests wait on
 # sockets, sleeps and child processes, so more workers than cores pays); then the tests of
