@@ -90,12 +90,23 @@ def until(check: Callable[[], Any], what: str, timeout: float = 15) -> Any:
 
 def click(driver: Any, selector: str) -> None:
     """Click what ``selector`` finds and wait for the page it leads to."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
 
-    page = css(driver, "html")
-    css(driver, selector).click()
+    for attempt in range(3):
+        page = css(driver, "html")
+        try:
+            css(driver, selector).click()
+            break
+        except (StaleElementReferenceException, WebDriverException) as exc:
+            # Chromium now and then loses a node found an instant before ("does not belong
+            # to the document") on a loaded machine: find it again.
+            if attempt == 2 or ("stale" not in str(exc) and "document" not in str(exc)):
+                raise
     WebDriverWait(driver, 15).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 15).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def fill(driver: Any, form: str, values: dict[str, str]) -> None:
