@@ -37,7 +37,9 @@ class Engine(Protocol):
     async def stop(self) -> None: ...
 
     def is_leader(self) -> bool:
-        """Whether this node may decide (propose elections) now."""
+        """Whether this node may decide (propose elections) now: it leads, and its ``state``
+        holds everything committed before it began to lead. A leader still catching up
+        answers as a follower does (CONTROLLER_NOT_LEADER)."""
         ...
 
     def leader(self) -> str | None:
@@ -60,6 +62,18 @@ def controller_address(raft_addr: str) -> str:
     return f"{host}:{int(port) - 1}"
 
 
+def raft_caught_up(obj: Any) -> bool:
+    """Whether a pysyncobj leader has applied the no-op entry it appended on becoming leader.
+
+    Entries of earlier terms count as committed only once an entry of the leader's own term
+    is, so until then a new leader's ``raftCommitIndex`` and its state may trail what the
+    previous leader committed. Once the no-op is applied, every entry before it is too.
+    pysyncobj keeps the no-op's index privately (it waits for it the same way before a
+    membership change); without one this node has not led in this process."""
+    noop = getattr(obj, "_SyncObj__noopIDx", None)
+    return noop is not None and obj.raftLastApplied >= noop
+
+
 class RaftEngine:
     """Embedded Raft from pysyncobj, between the controller nodes themselves (1 or 3 of them,
     no other server). ``self_addr`` and ``peers`` are controller request addresses; Raft
@@ -75,6 +89,8 @@ class RaftEngine:
         #: The lock on ``data_dir`` while this node runs: two nodes appending to one journal
         #: would corrupt it.
         self._lock: Any = None
+        #: The term in which this node leads and has applied its no-op (see ``_on_tick``).
+        self._serving_term: int | None = None
 
     async def start(self) -> None:
         from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
@@ -109,12 +125,14 @@ class RaftEngine:
         except BaseException:
             self._release_lock()
             raise
+        self._obj.addOnTickCallback(self._on_tick)
         log.info("controller Raft node %s started (peers %s)", raft_address(self.self_addr),
                  ", ".join(self.peers) or "none")
 
     async def stop(self) -> None:
         if self._obj is not None:
             obj, self._obj = self._obj, None
+            self._serving_term = None
             obj.destroy()
             # The tick thread closes the sockets on its next round.
             await asyncio.sleep(0.1)
@@ -134,7 +152,18 @@ class RaftEngine:
         return self._consumer.state
 
     def is_leader(self) -> bool:
-        return self._obj is not None and bool(self._obj._isLeader())
+        obj = self._obj
+        return (obj is not None and bool(obj._isLeader())
+                and self._serving_term == obj.raftCurrentTerm)
+
+    def _on_tick(self) -> None:
+        """After each round of the Raft thread, which alone changes the log: note the term
+        in which this node leads with everything applied (one consistent look, where the
+        request thread could see a new term's leader beside the last term's no-op)."""
+        obj = self._obj
+        if obj is not None:
+            self._serving_term = (obj.raftCurrentTerm if obj._isLeader() and raft_caught_up(obj)
+                                  else None)
 
     def leader(self) -> str | None:
         if self._obj is None:
@@ -174,7 +203,8 @@ class EtcdEngine:
     ``mod_revision``), so events take effect one at a time, in one order, as a replicated log
     gives. The deciding node holds a key under an etcd lease (``ttl`` seconds): it decides
     only while the lease is fresh on its own clock, and another node can take the key only
-    once etcd has let the lease expire."""
+    once etcd has let the lease expire. It reads the state in the transaction that wins the
+    key, and serves only once its copy is at least that new."""
 
     def __init__(self, self_addr: str, endpoint: str, prefix: str = "/rocketq/controller",
                  ttl: int = 2) -> None:
@@ -187,6 +217,9 @@ class EtcdEngine:
         self.ttl = ttl
         self.state = ControllerState()
         self._revision = 0
+        #: The state's revision as read when this node won the leader key: it serves no
+        #: request from an older copy.
+        self._leader_revision = 0
         self._client: Any = None
         self._lease: Any = None
         self._leading_until = 0.0
@@ -208,7 +241,7 @@ class EtcdEngine:
         await cancel_tasks(self._tasks)
         self._tasks = []
         if self._client is not None:
-            if self._lease is not None and self.is_leader():
+            if self._lease is not None and self._holds_lease():
                 with contextlib.suppress(Exception):
                     await self._lease.revoke()  # hand over at once, not after the TTL
             with contextlib.suppress(Exception):
@@ -216,19 +249,26 @@ class EtcdEngine:
             self._client = None
         self._leading_until = 0.0
 
-    def is_leader(self) -> bool:
+    def _holds_lease(self) -> bool:
         return time.monotonic() < self._leading_until
 
+    def is_leader(self) -> bool:
+        return self._holds_lease() and self._revision >= self._leader_revision
+
     def leader(self) -> str | None:
-        return self.self_addr if self.is_leader() else self._leader
+        return self.self_addr if self._holds_lease() else self._leader
+
+    def _adopt(self, value: bytes, revision: int) -> None:
+        """Take the state as of ``revision``, unless this copy is newer already (reads may
+        complete out of order)."""
+        if revision > self._revision:
+            self.state = ControllerState.from_json(orjson.loads(value))
+            self._revision = revision
 
     async def _refresh(self) -> None:
         got = await self._client.get(self.state_key)
-        if got is None:
-            self.state, self._revision = ControllerState(), 0
-        elif got.mod_revision != self._revision:
-            self.state = ControllerState.from_json(orjson.loads(got.value))
-            self._revision = got.mod_revision
+        if got is not None:
+            self._adopt(got.value, got.mod_revision)
 
     async def _follow(self) -> None:
         """Keep the local copy of the state fresh (reads never wait for etcd)."""
@@ -243,17 +283,21 @@ class EtcdEngine:
         while True:
             try:
                 began = time.monotonic()
-                if self.is_leader():
+                if self._holds_lease():
                     await self._lease.refresh()
                     self._leading_until = began + self.ttl * 2 / 3
                 else:
                     self._lease = await self._client.lease(self.ttl)
-                    won, _ = await self._client.transaction(
+                    won, responses = await self._client.transaction(
                         compare=[tx.create(self.leader_key) == 0],
                         success=[tx.put(self.leader_key, self.self_addr.encode(),
-                                        lease=self._lease)],
+                                        lease=self._lease), tx.get(self.state_key)],
                         failure=[])
                     if won:
+                        kvs = responses[1] if len(responses) > 1 else []
+                        self._leader_revision = kvs[0][1].mod_revision if kvs else 0
+                        if kvs:
+                            self._adopt(kvs[0][0], self._leader_revision)
                         self._leading_until = began + self.ttl * 2 / 3
                         log.info("controller %s leads (etcd)", self.self_addr)
                     else:
@@ -289,7 +333,6 @@ class EtcdEngine:
                         success=[tx.put(self.state_key, orjson.dumps(state.to_json()))],
                         failure=[])
                     if ok:
-                        self.state = state
                         await self._refresh()
                         return result
         except TimeoutError:
