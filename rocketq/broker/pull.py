@@ -189,8 +189,8 @@ class PullProcessor:
         result = store.get_messages(topic, queue_id, offset, max_nums, sub.codes, record_filter)
         status = result.status
         if status is GetStatus.FOUND:
-            self.stats.get(result.message_count, topic, group, result.total_size)
-            self.stats.pull_offsets[(group, topic, queue_id)] = result.next_begin_offset
+            self.stats.get(result.message_count, topic, group, result.total_size, queue_id,
+                           result.next_begin_offset)
             response = cmd.response(ResponseCode.SUCCESS, {
                 "suggestWhichBrokerId": self._suggest(group_config, result),
                 "nextBeginOffset": result.next_begin_offset,

@@ -95,13 +95,17 @@ class Stats:
             buckets = self.size_buckets[topic] = [0] * (len(SIZE_BUCKETS) + 1)
         buckets[bisect_left(SIZE_BUCKETS, size // n if n > 1 else size)] += n
 
-    def get(self, n: int, topic: str = "", group: str = "", size: int = 0) -> None:
-        """A pull (or POP) of ``group`` found ``n`` messages of ``topic``, ``size`` bytes."""
+    def get(self, n: int, topic: str = "", group: str = "", size: int = 0,
+            queue_id: int = -1, next_offset: int = -1) -> None:
+        """A pull (or POP) of ``group`` found ``n`` messages of ``topic``, ``size`` bytes; a
+        pull of one queue also says where the group reads next (``pull_offsets``)."""
         self.get_total += n
         self.get_found += 1
         key = (topic, group)
         self.get_by_topic_group[key] = self.get_by_topic_group.get(key, 0) + n
         self.get_bytes_by_topic_group[key] = self.get_bytes_by_topic_group.get(key, 0) + size
+        if queue_id >= 0:
+            self.pull_offsets[(group, topic, queue_id)] = next_offset
 
     def miss(self) -> None:
         """A pull found no message."""

@@ -12,11 +12,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..client.admin import GroupInfo
+from ..client.errors import NotFoundError
 from ..errors import ClientError
 from . import inputs
 from .charts import line_chart
 from .security import change_form
-from .web import group_path, missing, redirect, render, state
+from .web import group_path, redirect, render, state
 
 #: Dead-letter messages listed on a group's page.
 DLQ_SHOWN = 32
@@ -54,10 +55,8 @@ async def _group(request: Request) -> GroupInfo:
     name = inputs.group_name(request.path_params["name"])
     try:
         return await state(request).admin.group(name)
-    except ClientError as exc:
-        if missing(exc):
-            raise inputs.BadInput(f"no consumer group {name} in the cluster", 404) from None
-        raise
+    except NotFoundError:
+        raise inputs.BadInput(f"no consumer group {name} in the cluster", 404) from None
 
 
 async def group_page(request: Request) -> Response:
@@ -118,11 +117,9 @@ async def resend_dlq(request: Request) -> Response:
     msg_id = inputs.message_id(inputs.text(form, "msg_id", limit=64))
     try:
         result = await state(request).admin.resend_dlq(name, msg_id)
-    except ClientError as exc:
-        if missing(exc):
-            raise inputs.BadInput(f"no message {msg_id} in the dead-letter queue of {name}",
-                                  404) from None
-        raise
+    except NotFoundError:
+        raise inputs.BadInput(f"no message {msg_id} in the dead-letter queue of {name}",
+                              404) from None
     return redirect(request, group_path(name),
                     f"Message {msg_id} resent to {name} (into {result.queue.topic}).")
 

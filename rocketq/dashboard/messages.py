@@ -9,9 +9,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..client.errors import NotFoundError
 from ..errors import ClientError
 from . import inputs
-from .web import missing, render, state
+from .web import render, state
 
 #: Most messages one search lists.
 MAX_RESULTS = 64
@@ -64,10 +65,8 @@ async def _search(request: Request, by: str, form: dict[str, str]) -> list[Any]:
         topic = inputs.topic_name(form["topic"]) if form["topic"] else None
         try:
             found = [await admin.message_by_id(msg_id, topic)]
-        except ClientError as exc:
-            if missing(exc):
-                raise inputs.BadInput(str(exc), 404) from None
-            raise
+        except NotFoundError as exc:
+            raise inputs.BadInput(str(exc), 404) from None
     else:
         raise inputs.BadInput(f"search by time, key or id, not {by!r}")
     return list(found)[:MAX_RESULTS]
@@ -87,10 +86,8 @@ async def message_page(request: Request) -> Response:
     admin = state(request).admin
     try:
         message = await admin.message_by_id(msg_id, topic)
-    except ClientError as exc:
-        if missing(exc):
-            raise inputs.BadInput(str(exc), 404) from None
-        raise
+    except NotFoundError as exc:
+        raise inputs.BadInput(str(exc), 404) from None
     trace: list[Any] = []
     trace_problem = None
     try:

@@ -8,10 +8,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..client.admin import TopicInfo
-from ..errors import ClientError
+from ..client.errors import NotFoundError
 from . import inputs
 from .security import change_form
-from .web import missing, redirect, render, state, topic_path
+from .web import redirect, render, state, topic_path
 
 #: Queues a topic created from the form gets unless told (mqadmin's updateTopic default).
 DEFAULT_QUEUES = 8
@@ -48,10 +48,8 @@ async def _topic(request: Request) -> TopicInfo:
     name = inputs.topic_name(request.path_params["name"])
     try:
         return await state(request).admin.topic(name)
-    except ClientError as exc:
-        if missing(exc):
-            raise inputs.BadInput(f"no topic {name} in the cluster ({exc})", 404) from None
-        raise
+    except NotFoundError as exc:
+        raise inputs.BadInput(f"no topic {name} in the cluster ({exc})", 404) from None
 
 
 async def topic_page(request: Request) -> Response:

@@ -19,7 +19,6 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import ClientError
 from ..protocol import Perm
 from .inputs import EPOCH, MAX_MS
 from .sampler import Sampler
@@ -87,15 +86,6 @@ def redirect(request: Request, path: str, notice: str | None = None) -> Response
     if notice:
         flash(request, notice)
     return RedirectResponse(path, status_code=303)
-
-
-def missing(exc: ClientError) -> bool:
-    """Whether an admin call's ClientError says that what it was asked about does not
-    exist: the admin client raises NotFoundError for that, and other ClientErrors (a
-    refusal, a broker away, a timeout) for other failures."""
-    from ..client.errors import NotFoundError
-
-    return isinstance(exc, NotFoundError)
 
 
 def topic_path(name: str) -> str:

@@ -397,12 +397,8 @@ class MessagingService(Routes, ClientTelemetry, Receiving,
             yield spb.PullMessageResponse(status=fault("PullMessage", exc))
             return
         if records:
-            stats = self.broker.stats
-            stats.get(len(records), topic, request.group.name,
-                      sum(r.store_size for r in records))
-            # Where the group reads next, as the remoting pull keeps it (the exporter's
-            # in-flight and ready counts).
-            stats.pull_offsets[(request.group.name, topic, queue_id)] = next_offset
+            self.broker.stats.get(len(records), topic, request.group.name,
+                                  sum(r.store_size for r in records), queue_id, next_offset)
             yield spb.PullMessageResponse(status=status())
             for record in records:
                 yield spb.PullMessageResponse(message=to_message(record, topic))
