@@ -80,8 +80,13 @@ class Housekeeping:
         now = time.monotonic()
         next_flush = now + cfg.flushIntervalConsumeQueue / 1000
         next_clean = now + cfg.cleanResourceInterval / 1000
-        next_check = now
-        was_over = False
+        # The store measured the disks as it started (check_disk): the loop begins from that
+        # measure rather than taking another at a moment that depends on thread scheduling.
+        next_check = now + (min(DISK_CHECK_INTERVAL, DISK_CHECK_INTERVAL_NEAR_FULL)
+                            if self._near_full else DISK_CHECK_INTERVAL)
+        was_over = self.disk.over(cfg.diskMaxUsedSpaceRatio)
+        if was_over:
+            next_clean = now  # a disk already over diskMaxUsedSpaceRatio: clean at once
         while not self._stop.wait(max(0.01, min(next_flush, next_check, next_clean)
                                       - time.monotonic())):
             now = time.monotonic()
