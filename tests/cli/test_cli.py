@@ -39,17 +39,28 @@ def small_conf(directory, extra: str = "") -> str:
 
 
 def start(args, ready: str, timeout: float = 20) -> subprocess.Popen:
-    proc = subprocess.Popen([*ROCKETQ, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if ready in line:
-            return proc
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"{args} did not start: {proc.stderr.read()[-2000:]}")
+    """Start ``rocketq *args`` and wait for ``ready`` on its stdout.
+
+    ``args`` may be a function that picks fresh free ports each time it is called: a port
+    found free can be taken by another test's client before the child binds it, so a child
+    that fails with "address already in use" is started again on new ports (three tries).
+    """
+    for attempt in range(3):
+        argv = args() if callable(args) else args
+        proc = subprocess.Popen([*ROCKETQ, *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if ready in line:
+                return proc
+            if proc.poll() is not None:
+                break
+        proc.kill()
+        error = proc.stderr.read()[-2000:]
+        if not (callable(args) and "already in use" in error and attempt < 2):
+            raise AssertionError(f"{argv} did not start: {error}")
+    raise AssertionError("unreachable")
 
 
 def stop(proc: subprocess.Popen, sig=signal.SIGINT) -> int:

@@ -37,15 +37,18 @@ class Standalone:
 
     def __init__(self, data_dir: pathlib.Path, extra_conf: str = "", *, grpc: bool = False,
                  args: tuple[str, ...] = ()) -> None:
-        self.ns_port, self.broker_port = free_port(), free_port()
-        #: The gRPC port for the 5.x clients, when ``grpc``.
-        self.grpc_port = free_port() if grpc else 0
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = start(["standalone", "--data-dir", str(data_dir), "--namesrv-port",
-                           str(self.ns_port), "--broker-port", str(self.broker_port),
-                           "--grpc-port", str(self.grpc_port),
-                           "-c", small_conf(data_dir.parent, extra_conf), *args],
-                          "connect clients")
+        conf = small_conf(data_dir.parent, extra_conf)
+
+        def argv() -> list[str]:
+            self.ns_port, self.broker_port = free_port(), free_port()
+            #: The gRPC port for the 5.x clients, when ``grpc``.
+            self.grpc_port = free_port() if grpc else 0
+            return ["standalone", "--data-dir", str(data_dir), "--namesrv-port",
+                    str(self.ns_port), "--broker-port", str(self.broker_port),
+                    "--grpc-port", str(self.grpc_port), "-c", conf, *args]
+
+        self.proc = start(argv, "connect clients")
 
     @property
     def endpoint(self) -> str:
