@@ -104,9 +104,13 @@ class RaftEngine:
             def apply(self, event: dict[str, Any]) -> dict[str, Any]:
                 return self.state.apply(event)
 
+        # A leader cut from its majority steps down after leaderFallbackTimeout; with
+        # pysyncobj's 30 s it would go on saying it leads (to brokers and admins asking)
+        # while it can commit nothing and the majority has a leader of its own.
         conf = SyncObjConf(autoTick=True, dynamicMembershipChange=False,
                            connectionRetryTime=1.0, raftMinTimeout=0.4, raftMaxTimeout=1.0,
-                           appendEntriesPeriod=0.05, commandsWaitLeader=True)
+                           appendEntriesPeriod=0.05, commandsWaitLeader=True,
+                           leaderFallbackTimeout=1.0)
         if self.data_dir:
             from ..dirlock import DirectoryLock
 

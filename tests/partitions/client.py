@@ -87,11 +87,12 @@ def produce(args: argparse.Namespace, rec: Recorder) -> None:
                 time.sleep(0.05)  # a broker that refuses is not asked again at once
             else:
                 ok = r.status is SendStatus.SEND_OK
-                host, port, _ = decode_offset_msg_id(r.offset_msg_id)
+                host, port, position = decode_offset_msg_id(r.offset_msg_id)
                 rec.record("send", r.msg_id, start, outcome="ok" if ok else "unknown",
                            body=body, topic=args.topic, broker=r.queue.broker_name,
                            writer=f"{host}:{port}", queue=r.queue.queue_id,
-                           offset=r.queue_offset, error="" if ok else r.status.name)
+                           offset=r.queue_offset, position=position,
+                           error="" if ok else r.status.name)
             i += 1
 
 

@@ -74,6 +74,8 @@ class Op:
     offset: int = -1
     epoch: int | None = None
     error: str = ""
+    #: sends: the CommitLog offset the writer stored it at (from its offset message id).
+    position: int = -1
 
     def __post_init__(self) -> None:
         if self.kind not in ("send", "read"):
@@ -126,6 +128,22 @@ def load(paths: Iterable[str]) -> list[Op]:
                 except (ValueError, TypeError):
                     continue
     return ops
+
+
+def annotate_epochs(ops: Iterable[Op], epochs: list[tuple[int, int]]) -> int:
+    """Set each acknowledged send's ``epoch`` from a replica's epoch file after the test:
+    ``epochs`` are its ``(epoch, start offset)`` entries, and a message stored at CommitLog
+    offset ``p`` was written under the last epoch that starts at or before ``p`` (the logs of
+    a group agree on everything a replica still holds). Returns how many were set."""
+    starts = [start for _, start in epochs]
+    done = 0
+    for op in ops:
+        if op.kind == "send" and op.outcome == "ok" and op.position >= 0:
+            i = bisect.bisect_right(starts, op.position) - 1
+            if i >= 0:
+                op.epoch = epochs[i][0]
+                done += 1
+    return done
 
 
 @dataclass

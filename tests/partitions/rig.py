@@ -59,11 +59,46 @@ def broker(net: Network, node: Node, directory: str, namesrv: str, broker_id: in
     if master is not None:
         values["haMasterAddress"] = f"{master.addr}:{HA_PORT}"
     values.update(extra)
+    if broker_id < 0:  # controller mode: the controller gives the id
+        del values["brokerId"]
     conf = os.path.join(directory, f"{node.name}.conf")
     with open(conf, "w") as fh:
         fh.writelines(f"{k}={v}\n" for k, v in values.items())
     start(net, node, ["broker", "-c", conf], directory, node.name)
     return f"{node.addr}:{BROKER_PORT}"
+
+
+CONTROLLER_PORT = 9878
+
+
+def controller(net: Network, node: Node, directory: str, peers: list[Node],
+               *options: str) -> str:
+    """A controller node on the embedded Raft engine (Raft on the next port), its peers
+    ``peers`` (this node among them); its address."""
+    addrs = ",".join(f"{p.addr}:{CONTROLLER_PORT}" for p in peers)
+    start(net, node, ["controller", "--host", node.addr, "--port", str(CONTROLLER_PORT),
+                      "--peers", addrs, *options], directory, node.name)
+    return f"{node.addr}:{CONTROLLER_PORT}"
+
+
+def replica(net: Network, node: Node, directory: str, namesrv: str, controllers: list[str],
+            name: str = "broker-a", **extra: object) -> str:
+    """A broker of a controller-mode group (every in-sync replica acknowledges each send:
+    allAckInSyncStateSet) listening on its node's address; its address. Heartbeats every
+    0.5 s, counted gone after 3 s: the controller's defaults (a 3 s lease) decide."""
+    values: dict[str, object] = {
+        "enableControllerMode": "true", "controllerAddr": ";".join(controllers),
+        "allAckInSyncStateSet": "true", "brokerHeartbeatInterval": 500,
+        "syncBrokerMetadataPeriod": 1000, **extra}
+    return broker(net, node, directory, namesrv, -1, "ASYNC_MASTER", name=name,
+                  haListenPort=HA_PORT, **values)
+
+
+def epochs_of(directory: str, node: Node) -> list[tuple[int, int]]:
+    """The ``(epoch, start offset)`` entries of a controller-mode broker's epoch file."""
+    from rocketq.broker.replicas import EpochFile
+
+    return EpochFile(os.path.join(directory, node.name, "epochFileCheckpoint")).entries
 
 
 def client(net: Network, node: Node, directory: str, mode: str, namesrv: str, topic: str,
@@ -123,3 +158,98 @@ def wait_until(check, timeout: float, step: float = 0.2) -> bool:
             return True
         time.sleep(step)
     return bool(check())
+
+
+def replica_info(controllers: list[str], group: str = "broker-a") -> dict:
+    """The group's master, epoch and SyncStateSet as the first controller that answers
+    says (GET_REPLICA_INFO; its ext fields and body merged); {} when none does."""
+    from rocketq.protocol import RemotingCommand, RequestCode
+    from rocketq.remoting import RemotingClient, run
+
+    async def ask() -> dict:
+        client = RemotingClient()
+        try:
+            for addr in controllers:
+                try:
+                    r = await client.invoke(addr, RemotingCommand.request(
+                        RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": group}), 2)
+                except Exception:
+                    continue
+                if r.code == 0:
+                    return {**r.ext_fields, **json.loads(r.body or b"{}")}
+            return {}
+        finally:
+            await client.close()
+
+    return run(ask())
+
+
+def controller_leader(controllers: list[str]) -> str | None:
+    """The controller node that says it leads (CONTROLLER_GET_METADATA_INFO), if any."""
+    from rocketq.protocol import RemotingCommand, RequestCode
+    from rocketq.remoting import RemotingClient, run
+
+    async def ask() -> str | None:
+        client = RemotingClient()
+        try:
+            for addr in controllers:
+                try:
+                    r = await client.invoke(addr, RemotingCommand.request(
+                        RequestCode.CONTROLLER_GET_METADATA_INFO), 2)
+                except Exception:
+                    continue
+                if r.code == 0 and r.ext_fields.get("isLeader") in ("true", "True"):
+                    return addr
+            return None
+        finally:
+            await client.close()
+
+    return run(ask())
+
+
+class ControlledGroup:
+    """A NameServer, controller nodes and one controller-mode broker group, each in its own
+    namespace of ``net``; the first replica is started first, so it becomes the master."""
+
+    def __init__(self, net: Network, directory: str, controllers: int = 1,
+                 replicas: int = 3, **broker_conf: object) -> None:
+        self.net, self.directory = net, directory
+        self.ns = net.node("namesrv")
+        self.namesrv = namesrv(net, self.ns, directory)
+        self.controller_nodes = [net.node(f"ctl{i}") for i in range(controllers)]
+        self.controllers = [controller(net, n, directory, self.controller_nodes)
+                            for n in self.controller_nodes]
+        self.nodes = [net.node(f"rep{i}") for i in range(replicas)]
+        self.addrs: dict[str, Node] = {}
+        self.broker_conf = broker_conf
+        #: node name -> its broker process (the last one started there).
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        for i, node in enumerate(self.nodes):
+            self.addrs[replica(net, node, directory, self.namesrv, self.controllers,
+                               **broker_conf)] = node
+            self.procs[node.name] = net.procs[-1]
+            if i == 0:
+                assert wait_until(lambda n=node: self.master() is n, 30), "no first master"
+        assert wait_until(self.whole, 30), f"replicas not in sync: {self.info()}"
+
+    def info(self) -> dict:
+        """What the controller leader says of the group ({} when no node leads)."""
+        leader = controller_leader(self.controllers)
+        return replica_info([leader]) if leader else {}
+
+    def master(self) -> Node | None:
+        """The master the controllers name, if any answers."""
+        return self.addrs.get(self.info().get("masterAddress", ""))
+
+    def whole(self) -> bool:
+        """Every replica in the SyncStateSet."""
+        return len(self.info().get("syncStateSet", [])) == len(self.nodes)
+
+    def addr_of(self, node: Node) -> str:
+        return f"{node.addr}:{BROKER_PORT}"
+
+    def epochs(self) -> list[tuple[int, int]]:
+        """The epoch file of the master now (every replica agrees on what it holds)."""
+        master = self.master()
+        assert master is not None, "no master to read the epochs of"
+        return epochs_of(self.directory, master)
