@@ -219,6 +219,9 @@ class ControlledGroup:
         self.controller_nodes = [net.node(f"ctl{i}") for i in range(controllers)]
         self.controllers = [controller(net, n, directory, self.controller_nodes)
                             for n in self.controller_nodes]
+        #: node name -> its controller process (the last one started there).
+        self.ctl_procs: dict[str, subprocess.Popen[str]] = dict(zip(  # noqa: B905
+            (n.name for n in self.controller_nodes), net.procs[-controllers:]))
         self.nodes = [net.node(f"rep{i}") for i in range(replicas)]
         self.addrs: dict[str, Node] = {}
         self.broker_conf = broker_conf
