@@ -204,3 +204,37 @@ def test_lossy_links_for_a_minute_lose_nothing(net, tmp_path):
     verdict, _ = work.finish(group)
     assert verdict.ok, str(verdict)
     print(f"\n{verdict}; acknowledged during the 60 s of loss: {during}")
+
+
+def test_slave_cut_from_its_master_leaves_the_sync_state_set_and_returns(net, tmp_path):
+    """A slave cut from its master: sends wait for it (unacknowledged) until it has been
+    behind for haMaxTimeSlaveNotCatchup (3 s here, RocketMQ's default 15 s), then the
+    master shrinks the SyncStateSet and sends are acknowledged again; after healing the
+    slave catches up and is back in the set."""
+    d = str(tmp_path)
+    group = rig.ControlledGroup(net, d, haMaxTimeSlaveNotCatchup=3000)
+    master = group.master()
+    assert master is not None
+    slave = next(n for n in group.nodes if n is not master)
+    work = Load(net, group, "SlaveCut")
+    assert rig.wait_until(lambda: work.acked() >= 100, 20), "no steady acknowledged sends"
+    net.cut(master, slave)
+    cut_at = time.time()
+    assert rig.wait_until(lambda: len(group.info().get("syncStateSet", [])) == 2, 20), \
+        f"the SyncStateSet did not shrink: {group.info()}"
+    shrunk_after = time.time() - cut_at
+    acked = work.acked()
+    assert rig.wait_until(lambda: work.acked() >= acked + 100, 20), \
+        "sends not acknowledged with the smaller SyncStateSet"
+    resumed = work.first_ack_after(cut_at + 0.5)
+    net.heal(master, slave)
+    healed_at = time.time()
+    assert rig.wait_until(group.whole, 30), f"the slave did not return: {group.info()}"
+    back_after = time.time() - healed_at
+    verdict, _ = work.finish(group)
+    assert verdict.ok, str(verdict)
+    assert rig.wait_until(lambda: rig.max_offset(group.addr_of(slave))
+                          == rig.max_offset(group.addr_of(master)), 20)
+    print(f"\n{verdict}; SyncStateSet shrank {shrunk_after:.1f} s after the cut, sends "
+          f"acknowledged again {resumed:.1f} s after it; back in the set {back_after:.1f} s "
+          "after healing")
