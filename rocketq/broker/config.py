@@ -56,6 +56,10 @@ class BrokerConfig:
     maxMessageSize: int = 4 * 1024 * 1024
     channelExpiredTimeout: int = 120_000  # ms without a heartbeat
     flushConsumerOffsetInterval: int = 5000  # ms
+    #: Write each change of a committed consumer offset to the CommitLog (system topic
+    #: ``rmq_sys_CONSUMER_OFFSET_LOG``): offsets replicate with the messages, so a slave
+    #: promoted by a failover holds every commit (rocketq's; false: copied every few seconds).
+    offsetLogEnable: bool = True
     transactionTimeOut: int = 6000  # ms before a half message is checked
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 30_000  # ms

@@ -2,7 +2,9 @@
 requests, and AdminBrokerProcessor's queue look-ups).
 
 QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) read and commit a group's offset in
-a queue; GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29) and
+a queue (a commit that changes the offset is written to the offset log, and answered once the
+record is as safe as a send: offset_log.py); GET_ALL_CONSUMER_OFFSET (43) is the whole table,
+what slaves copy; GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29) and
 GET_EARLIEST_MSG_STORETIME (32) answer from the store's ConsumeQueues.
 """
 
@@ -11,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection
+from .offset_log import OffsetLog
 from .offsets import ConsumerOffsets
 
 if TYPE_CHECKING:
@@ -24,9 +29,12 @@ Handler = Callable[[Connection, RemotingCommand], Any]
 class OffsetRequests:
     """Serves consumer offsets and queue offsets from the offset table and the store."""
 
-    def __init__(self, offsets: ConsumerOffsets, store: Callable[[], MessageStore]) -> None:
+    def __init__(self, offsets: ConsumerOffsets, store: Callable[[], MessageStore],
+                 offset_log: OffsetLog | None = None) -> None:
         self.offsets = offsets
         self._store = store  # the store exists once the broker has started
+        #: Where commits are written and waited for (None: commits stay in memory).
+        self.log = offset_log
 
     @property
     def store(self) -> MessageStore:
@@ -36,6 +44,7 @@ class OffsetRequests:
         """The request handlers to add to the broker's table."""
         return {RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
                 RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+                RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
                 RequestCode.GET_MAX_OFFSET: self.max_offset,
                 RequestCode.GET_MIN_OFFSET: self.min_offset,
                 RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
@@ -56,11 +65,24 @@ class OffsetRequests:
                             remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot "
                                    "first")
 
-    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """UPDATE_CONSUMER_OFFSET: commit the group's offset in a queue."""
-        self.offsets.commit(cmd.field("consumerGroup") or "", cmd.field("topic") or "",
-                            cmd.int_field("queueId"), cmd.int_field("commitOffset"))
-        return cmd.response()
+    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand):
+        """UPDATE_CONSUMER_OFFSET: commit the group's offset in a queue. Answered at once,
+        unless the offset log wrote a record that must be flushed or replicated first (then
+        a coroutine answers once it is: a commit that returned survives a failover)."""
+        done = self.offsets.commit(cmd.field("consumerGroup") or "", cmd.field("topic") or "",
+                                   cmd.int_field("queueId"), cmd.int_field("commitOffset"))
+        if done is None or not done[1] or self.log is None:
+            return cmd.response()
+        return self._answer_when_safe(cmd, done)
+
+    async def _answer_when_safe(self, cmd: RemotingCommand, done: Any) -> RemotingCommand:
+        assert self.log is not None
+        await self.log.wait(done)
+        return cmd.response()  # committed here either way, as RocketMQ answers
+
+    def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET: the whole table (what a slave copies, slave_sync.py)."""
+        return cmd.response(body=orjson.dumps(self.offsets.wrapper()))
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_MAX_OFFSET: the offset the queue's next message will take."""

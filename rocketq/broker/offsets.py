@@ -1,15 +1,30 @@
 """Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsetManager),
-persisted as ``config/consumerOffset.json`` every few seconds and at shutdown."""
+persisted as ``config/consumerOffset.json`` every few seconds and at shutdown.
+
+With the offset log on (``offsetLogEnable``, broker/offset_log.py) each change is also a
+record in the CommitLog, and this file is a checkpoint: besides RocketMQ's ``offsetTable`` it
+keeps ``offsetLogOffset``, how far into the log's queue the table covers, so a start replays
+only the records after it."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
+from ..protocol.topic import is_system_group
 from .files import write_atomically
+
+#: What the table tells its ``on_change`` hook: an offset committed, or what was forgotten.
+COMMIT, REMOVE_GROUP, REMOVE_TOPIC = 0, 1, 2
+#: ``on_change(kind, group, topic, queue id, offset)``; what it returns, ``commit`` returns.
+ChangeHook = Callable[[int, str, str, int, int], Any]
+#: The checkpoint's key for the offset log's queue offset it covers (not RocketMQ's: extra
+#: keys are ignored by its readers).
+LOG_OFFSET_KEY = "offsetLogOffset"
 
 
 class ConsumerOffsets:
@@ -20,20 +35,41 @@ class ConsumerOffsets:
         self.lock = threading.Lock()
         self.offsets: dict[str, dict[int, int]] = {}
         self._dirty = False
+        #: Told of every change (under the lock, so changes reach it in the order they are
+        #: made): the offset log appends a record. None: the log is off.
+        self.on_change: ChangeHook | None = None
+        #: The offset log's queue offset up to which this table holds every record.
+        self.log_offset = 0
         if os.path.exists(self.path):
             with open(self.path, "rb") as fh:
                 data = orjson.loads(fh.read())
             for key, table in (data.get("offsetTable") or {}).items():
                 self.offsets[key] = {int(q): int(o) for q, o in table.items()}
+            self.log_offset = int(data.get(LOG_OFFSET_KEY) or 0)
 
     @staticmethod
     def key(topic: str, group: str) -> str:
         return f"{topic}@{group}"
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    @property
+    def logged(self) -> bool:
+        """Whether changes go to the offset log."""
+        return self.on_change is not None
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> Any:
+        """Set the group's offset in the queue. A commit of the offset already stored (a
+        consumer commits its position every few seconds) changes nothing and tells no one;
+        otherwise returns what ``on_change`` returned (the offset log's append)."""
         with self.lock:
-            self.offsets.setdefault(self.key(topic, group), {})[queue_id] = offset
+            table = self.offsets.setdefault(self.key(topic, group), {})
+            if table.get(queue_id) == offset:
+                return None
+            table[queue_id] = offset
             self._dirty = True
+            hook = self.on_change
+            if hook is None or not logged_group(group):
+                return None
+            return hook(COMMIT, group, topic, queue_id, offset)
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         table = self.offsets.get(self.key(topic, group))
@@ -59,10 +95,15 @@ class ConsumerOffsets:
             return out
 
     def wrapper(self) -> dict[str, Any]:
-        """ConsumerOffsetSerializeWrapper: what GET_ALL_CONSUMER_OFFSET (43) answers."""
+        """ConsumerOffsetSerializeWrapper: what GET_ALL_CONSUMER_OFFSET (43) answers. With the
+        offset log on it also says how far the log's records are in it: a slave then leaves
+        the offsets it has to the log (slave_sync.py)."""
         with self.lock:
-            return {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
-                                    for k, v in self.offsets.items()}}
+            body: dict[str, Any] = {"offsetTable": {
+                k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()}}
+            if self.on_change is not None:
+                body[LOG_OFFSET_KEY] = self.log_offset
+            return body
 
     def put_all(self, table: dict[str, dict[Any, Any]]) -> None:
         """Take a master's offsets over this table (a slave's sync: the master wins)."""
@@ -71,18 +112,67 @@ class ConsumerOffsets:
             self.offsets.update(parsed)
             self._dirty = True
 
+    def fill_missing(self, table: dict[str, dict[Any, Any]]) -> int:
+        """Take a master's offsets only where this table has none (a slave whose offsets
+        come from the offset log: the copy may be older than what the log brought, so it
+        only fills in what the log cannot, such as offsets committed before this slave's
+        log begins); the broker's own groups, which the log leaves out, are taken whole.
+        Returns how many were taken."""
+        taken = 0
+        with self.lock:
+            for key, queues in table.items():
+                mine = self.offsets.setdefault(str(key), {})
+                every = not logged_group(str(key).partition("@")[2])
+                for q, o in queues.items():
+                    if (every or int(q) not in mine) and mine.get(int(q)) != int(o):
+                        mine[int(q)] = int(o)
+                        taken += 1
+                if not mine:
+                    del self.offsets[str(key)]
+            if taken:
+                self._dirty = True
+        return taken
+
+    def apply_logged(self, changes: Iterable[tuple[int, str, str, int, int]],
+                     log_offset: int) -> int:
+        """Apply offset-log records in log order (the latest per group, topic and queue
+        wins) without logging them again, and note that the table now covers the log up to
+        ``log_offset``. Returns how many were applied."""
+        applied = 0
+        with self.lock:
+            for kind, group, topic, queue_id, offset in changes:
+                if kind == COMMIT:
+                    self.offsets.setdefault(self.key(topic, group), {})[queue_id] = offset
+                elif kind == REMOVE_GROUP:
+                    self._remove(lambda k, g=group: k.split("@", 1)[1] == g)
+                elif kind == REMOVE_TOPIC:
+                    self._remove(lambda k, t=topic: k.split("@", 1)[0] == t)
+                applied += 1
+            if applied or log_offset != self.log_offset:
+                self._dirty = True
+            self.log_offset = log_offset
+        return applied
+
+    def _remove(self, doomed: Callable[[str], bool]) -> bool:
+        keys = [k for k in self.offsets if doomed(k)]
+        for key in keys:
+            del self.offsets[key]
+        return bool(keys)
+
     def remove_topic(self, topic: str) -> None:
         with self.lock:
-            for key in [k for k in self.offsets if k.split("@", 1)[0] == topic]:
-                del self.offsets[key]
+            if self._remove(lambda k: k.split("@", 1)[0] == topic):
                 self._dirty = True
+                if self.on_change is not None:
+                    self.on_change(REMOVE_TOPIC, "", topic, 0, 0)
 
     def remove_group(self, group: str) -> None:
         """Forget every offset of ``group`` (a deleted subscription group's removeOffset)."""
         with self.lock:
-            for key in [k for k in self.offsets if k.split("@", 1)[1] == group]:
-                del self.offsets[key]
+            if self._remove(lambda k: k.split("@", 1)[1] == group):
                 self._dirty = True
+                if self.on_change is not None:
+                    self.on_change(REMOVE_GROUP, group, "", 0, 0)
 
     def persist(self, force: bool = False) -> None:
         """Save the table if it changed (or ``force``). A failed write (a full disk) raises
@@ -91,10 +181,19 @@ class ConsumerOffsets:
             if not self._dirty and not force:
                 return
             data: dict[str, Any] = {"offsetTable": {
-                k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()}}
+                k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()},
+                LOG_OFFSET_KEY: self.log_offset}
             self._dirty = False
         try:
             write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
         except BaseException:
             self._dirty = True
             raise
+
+
+
+def logged_group(group: str) -> bool:
+    """Whether the offset log carries the group's commits: not for the broker's own groups
+    (``CID_RMQ_SYS_``: the POP revive position, rebuilt by replaying the revive log and
+    committed at every revive round), which the metadata copy still brings."""
+    return not is_system_group(group)

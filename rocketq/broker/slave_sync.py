@@ -2,7 +2,12 @@
 table (GET_ALL_TOPIC_CONFIG 21), consumer offsets (GET_ALL_CONSUMER_OFFSET 43, the master's
 win), delay offsets (GET_ALL_DELAY_OFFSET 45) and subscription groups
 (GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201). So a slave serving reads while its master is gone
-knows the topics and where each group stands; the master serves the same codes."""
+knows the topics and where each group stands; the master serves the same codes.
+
+Consumer offsets reach a slave through the replicated log when both ends keep the offset log
+(broker/offset_log.py; the master's answer then says ``offsetLogOffset``): the copy, which
+may be seconds older than what the log brought, then only fills in the offsets this slave
+has none of (those committed before its log begins), and never sets one back."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import orjson
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import RemotingClient, RemotingError
 from .delay import DelayDelivery
-from .offsets import ConsumerOffsets
+from .offsets import LOG_OFFSET_KEY, ConsumerOffsets
 from .subscription_groups import GroupConfigError, SubscriptionGroupTable
 from .topics import TopicTable
 
@@ -67,7 +72,11 @@ class SlaveSync:
         self.topics.take_all(body.get("topicConfigTable") or {})
 
     def _offsets(self, body: dict) -> None:
-        self.offsets.put_all(body.get("offsetTable") or {})
+        table = body.get("offsetTable") or {}
+        if self.offsets.logged and LOG_OFFSET_KEY in body:
+            self.offsets.fill_missing(table)
+        else:
+            self.offsets.put_all(table)
         self.offsets.persist()
 
     def _delay_offsets(self, body: dict) -> None:

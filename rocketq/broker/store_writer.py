@@ -75,15 +75,26 @@ class StoreWriter:
                     f"minInSyncReplicas is {self.store.config.minInSyncReplicas}")
         appended, wait_at = self.store.append(messages)
         if wait_at:
-            if self.store.group_commit is not None and not await self._durable(wait_at):
-                mark_status(appended, PutStatus.FLUSH_DISK_TIMEOUT)
-            if replicas is not None:
-                await self._replicated(replicas, appended, wait_at)
-            if role != self.role_changes and appended[0].status is PutStatus.PUT_OK:
-                # Demoted meanwhile: the new master may not hold it, and this log may
-                # lose it when it follows.
-                mark_status(appended, PutStatus.FLUSH_SLAVE_TIMEOUT)
+            await self.settle(appended, wait_at, replicas, role)
         return appended
+
+    def before_append(self) -> tuple[HAServer | None, int]:
+        """What :meth:`settle` needs, taken before a caller appends on its own."""
+        return self.replicas, self.role_changes
+
+    async def settle(self, appended: list[PutResult], wait_at: int,
+                     replicas: HAServer | None, role: int) -> None:
+        """Wait until appends that end at ``wait_at`` are durable (SYNC_FLUSH) and held by
+        the replicas (``replicas``, from before the append), marking them when they are
+        not. ``role``: ``role_changes`` from before the append."""
+        if self.store.group_commit is not None and not await self._durable(wait_at):
+            mark_status(appended, PutStatus.FLUSH_DISK_TIMEOUT)
+        if replicas is not None:
+            await self._replicated(replicas, appended, wait_at)
+        if role != self.role_changes and appended[0].status is PutStatus.PUT_OK:
+            # Demoted meanwhile: the new master may not hold it, and this log may
+            # lose it when it follows.
+            mark_status(appended, PutStatus.FLUSH_SLAVE_TIMEOUT)
 
     async def _replicated(self, replicas: HAServer, appended: list[PutResult], end: int
                           ) -> None:

@@ -25,7 +25,7 @@ from ..protocol import (
     Perm,
     validate_topic,
 )
-from ..protocol.topic import SINK_LEDGER_TOPIC
+from ..protocol.topic import OFFSET_LOG_TOPIC, SINK_LEDGER_TOPIC
 from .config import BrokerConfig
 from .files import write_atomically
 
@@ -208,7 +208,9 @@ class TopicTable:
                   TopicConfig(SCHEDULE_TOPIC, 18, 18), TopicConfig(TRANS_HALF_TOPIC, 1, 1),
                   TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1), TopicConfig(SINK_LEDGER_TOPIC, 1, 1),
                   TopicConfig(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1),
-                  TopicConfig(TIMER_TOPIC, 1, 1)]
+                  TopicConfig(TIMER_TOPIC, 1, 1),
+                  # Written by the broker alone; no client sends to it or pulls from it.
+                  TopicConfig(OFFSET_LOG_TOPIC, 1, 1, perm=0)]
         if cfg.autoCreateTopicEnable:
             wanted.append(self.auto_create_topic())
         base = Perm.INHERIT

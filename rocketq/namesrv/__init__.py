@@ -25,7 +25,7 @@ from ..protocol import (
     RequestCode,
     ResponseCode,
 )
-from ..protocol.topic import SINK_LEDGER_TOPIC
+from ..protocol.topic import OFFSET_LOG_TOPIC, SINK_LEDGER_TOPIC
 from ..remoting import Connection, RemotingServer, TlsSettings
 from .routes import RouteTable
 
@@ -33,7 +33,8 @@ log = logging.getLogger("rocketq.namesrv")
 
 DEFAULT_PORT = 9876
 SYSTEM_TOPICS = {"TBW102", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-                 SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, SINK_LEDGER_TOPIC}
+                 SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, SINK_LEDGER_TOPIC,
+                 OFFSET_LOG_TOPIC}
 
 __all__ = ["DEFAULT_PORT", "NameServer", "RouteTable"]
 

@@ -18,14 +18,17 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: rocketq's own: the decisions of exactly-once sinks (broker/sink.py).
 SINK_LEDGER_TOPIC = "RMQ_SYS_SINK_LEDGER"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: rocketq's own: every change of a committed consumer offset, so that it replicates with the
+#: messages (broker/offset_log.py).
+OFFSET_LOG_TOPIC = "rmq_sys_CONSUMER_OFFSET_LOG"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 #: The topics brokers keep for themselves (TopicValidator.SYSTEM_TOPIC_SET, and rocketq's
-#: sink ledger); names starting with ``rmq_sys_`` are system topics too.
+#: sink ledger and offset log); names starting with ``rmq_sys_`` are system topics too.
 SYSTEM_TOPICS = frozenset({
     AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
     "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT", SINK_LEDGER_TOPIC})
+    "OFFSET_MOVED_EVENT", SINK_LEDGER_TOPIC, OFFSET_LOG_TOPIC})
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 #: Groups with this prefix are the brokers' own (RocketMQ's MixAll.isSysConsumerGroup); they
 #: are created on first use even when autoCreateSubscriptionGroup is false.
