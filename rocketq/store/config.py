@@ -92,6 +92,9 @@ class MessageStoreConfig:
     minInSyncReplicas: int = 1
     #: ms a slave may fail to keep up before it leaves the SyncStateSet.
     haMaxTimeSlaveNotCatchup: int = 15_000
+    #: Controller mode (a broker key the store reads too): the store opens fenced as a slave
+    #: and recovers its ConsumeQueues only up to the confirm offset its checkpoint keeps.
+    enableControllerMode: bool = False
     unknown: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -82,6 +82,10 @@ class Dispatcher:
         self.reput_offset = 0
         #: Where a validating run met bytes that are not a sound record (None: it did not).
         self.bad_record_at: int | None = None
+        #: Records at or before this CommitLog offset are indexed already: a run writes no
+        #: index entry for them again (recovery sets it when it moves dispatch back behind
+        #: what it indexed, to hold at controller mode's confirm offset).
+        self.indexed_to = -1
         #: Per topic (as stored): its name, its index key prefix and its kind.
         self._topics: dict[bytes, tuple[str, bytes, int]] = {}
         self._tag_codes: dict[bytes, int] = {}
@@ -119,6 +123,7 @@ class Dispatcher:
         finds the torn tail and rebuilds the queues in one pass).
         """
         commitlog = self.commitlog
+        index_from = max(index_from, self.indexed_to)
         file_size = commitlog.config.mappedFileSizeCommitLog
         walk = walk_records
         # The fields dispatch reads, in _HEADER's order; a validating run reads them all

@@ -105,14 +105,17 @@ class CommitLogFlusher:
 
 
 def flush_logics(queues: ConsumeQueueTable, index: Index, checkpoint: Checkpoint | None,
-                 commitlog: CommitLog, dispatched: int) -> None:
+                 commitlog: CommitLog, dispatched: int, confirmed: int | None = None) -> None:
     """Flush ConsumeQueues and the index, then record in the checkpoint how far they and
-    the CommitLog are durable (recovery starts its scan there)."""
+    the CommitLog are durable (recovery starts its scan there) and, when given, the confirm
+    offset (controller mode's recovery dispatches no further)."""
     queues.flush()
     index.flush()
     if checkpoint is not None and checkpoint.fd >= 0:
         checkpoint.dispatched_offset = dispatched
         checkpoint.flushed_offset = commitlog.files.flushed_offset
+        if confirmed is not None:
+            checkpoint.confirm_offset = confirmed
         now = int(time.time() * 1000)
         checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = now
         checkpoint.index_msg_timestamp = now

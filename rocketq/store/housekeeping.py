@@ -65,10 +65,15 @@ class Housekeeping:
     _logics_lock: threading.Lock
     _clean_lock: threading.Lock
 
+    def confirm_offset(self) -> int:
+        """The confirm offset to checkpoint: :class:`MessageStore` says."""
+        raise NotImplementedError
+
     def _flush_logics(self) -> None:
         with self._logics_lock:
+            dispatched = self.reput_offset  # read first: the confirm offset is not below it
             flush_logics(self.queues, self.index, self.checkpoint, self.commitlog,
-                         self.reput_offset)
+                         dispatched, max(dispatched, self.confirm_offset()))
 
     def _housekeeping_loop(self) -> None:
         """Flush the logic files every ``flushIntervalConsumeQueue`` ms, look at the disks

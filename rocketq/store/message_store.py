@@ -47,7 +47,7 @@ from .index import Index
 from .lock import StoreLock
 from .lookups import MessageLookups
 from .reads import GetResult, GetStatus, get_messages
-from .recovery import recover
+from .recovery import confirmed_bound, recover
 from .retention import (
     PUT_CHECK_INTERVAL_NEAR_FULL,
     ConsumerOffsetsView,
@@ -165,7 +165,15 @@ class MessageStore(MessageLookups, Housekeeping):
         os.makedirs(cfg.storePathRootDir, exist_ok=True)
         t0 = time.monotonic()
         self.checkpoint, self.recovered_abnormally = recover(
-            cfg, self.commitlog, self.queues, self.index, self._dispatcher)
+            cfg, self.commitlog, self.queues, self.index, self._dispatcher,
+            hold_at_confirm=cfg.enableControllerMode)
+        if cfg.enableControllerMode:
+            # Until the broker knows its role and hears a live confirmOffset, readers see
+            # no further than the confirm offset persisted, and appends wait for a
+            # promotion (set_role), which dispatches the whole log first.
+            bound = confirmed_bound(self.checkpoint)
+            self.dispatcher.limit = lambda: bound
+            self.set_role(SLAVE)
         with open(cfg.abort_path, "w"):
             pass
         self.checkpoint.clean_end_offset = -1
@@ -215,6 +223,7 @@ class MessageStore(MessageLookups, Housekeeping):
         assert cp is not None
         cp.flushed_offset = self.commitlog.files.flushed_offset
         cp.dispatched_offset = self.reput_offset
+        cp.confirm_offset = self.confirm_offset()
         cp.clean_end_offset = self.commitlog.max_offset
         cp.flush()
         cp.close()
@@ -301,6 +310,16 @@ class MessageStore(MessageLookups, Housekeeping):
         :meth:`dispatch_more` when the limit moves."""
         self.dispatcher.limit = limit
 
+    def confirm_offset(self) -> int:
+        """The confirm offset the checkpoint keeps (RocketMQ 5's confirmPhyOffset): the
+        dispatch limit's value (a master's own confirmOffset, or the one a slave's master
+        sent), never less than what is dispatched (a master without a limit confirms its
+        whole log, and a slave that has not heard its new master yet keeps what it had).
+        Read at each checkpoint flush, not per message."""
+        reput = self.reput_offset
+        limit = self.dispatcher.limit
+        return reput if limit is None else max(reput, limit())
+
     def dispatch_more(self) -> None:
         """The dispatch limit moved: dispatch up to it (inline on the appending thread)."""
         self.dispatcher.on_append(self.commitlog.max_offset)
@@ -313,7 +332,9 @@ class MessageStore(MessageLookups, Housekeeping):
         self.config.brokerRole = role
         if was_slave and role != SLAVE:
             # Appends now assign queue offsets: take them from what the replicated log
-            # built (RocketMQ's recoverTopicQueueTable on changeToMaster).
+            # built (RocketMQ's recoverTopicQueueTable on changeToMaster). A master's whole
+            # log is its group's: no confirm offset holds its dispatch back here.
+            self.dispatcher.limit = None
             self.dispatch()
             with self.commitlog.lock:
                 self.commitlog.queue_offsets = self.queues.max_offsets()
@@ -332,6 +353,7 @@ class MessageStore(MessageLookups, Housekeeping):
             offset = max(self.commitlog.min_offset, min(offset, self.commitlog.max_offset))
             self.commitlog.files.truncate(offset)
             self._dispatcher.reput_offset = min(self._dispatcher.reput_offset, offset)
+            self._dispatcher.indexed_to = min(self._dispatcher.indexed_to, offset - 1)
             self.queues.truncate_to_commitlog(offset)
             self.commitlog.queue_offsets = self.queues.max_offsets()
             self.commitlog.queue_room = {}

@@ -7,6 +7,11 @@ the records after it are read and checked one by one (``protocol.message.walk_re
 body CRC included) and the log is cut at the first that is not whole. So the cost is the
 records written since the last checkpoint (about a second of traffic), not the size of the
 files: the cut itself reads only the parts of the file that hold data.
+
+A controller-mode store (``enableControllerMode``) recovers its ConsumeQueues only up to the
+confirm offset its checkpoint keeps (:func:`confirmed_bound`), as RocketMQ 5 recovers up to
+its confirmPhyOffset: what lies past it, a failover may take back, so no reader sees it
+until the broker hears a live confirmOffset (units past it left by a crash are cut).
 """
 
 from __future__ import annotations
@@ -24,11 +29,22 @@ from .index import Index
 log = logging.getLogger("rocketq.store")
 
 
+def confirmed_bound(cp: Checkpoint) -> int:
+    """How far a controller-mode store dispatches before its broker hears a live
+    confirmOffset: the checkpoint's confirm offset, and never less than its dispatched
+    offset (such a store dispatches no further than the confirm offset, so what it had
+    dispatched was confirmed; a page from before the field existed reads 0). 0 without a
+    checkpoint."""
+    return max(cp.confirm_offset, cp.dispatched_offset) if cp.existed else 0
+
+
 def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable,
-            index: Index, dispatcher: Dispatcher) -> tuple[Checkpoint, bool]:
+            index: Index, dispatcher: Dispatcher, *, hold_at_confirm: bool = False
+            ) -> tuple[Checkpoint, bool]:
     """Load every file, find where the CommitLog ends, bring the ConsumeQueues and index up
-    to it, and set the CommitLog's queue counters. Returns the open checkpoint and whether
-    the store had crashed."""
+    to it (with ``hold_at_confirm``, up to :func:`confirmed_bound` only), and set the
+    CommitLog's queue counters. Returns the open checkpoint and whether the store had
+    crashed."""
     abnormal = os.path.exists(config.abort_path)
     cp = Checkpoint(config.checkpoint_path)
     commitlog.files.load()
@@ -37,6 +53,7 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
     files = commitlog.files.files
     index_from = index.end_phy_offset
     crashed = False
+    start = commitlog.min_offset  # a record starts here (the crash scan's start below)
     if not files:
         dispatcher.reput_offset = 0
         queues.truncate_to_commitlog(0)
@@ -76,6 +93,9 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
         queues.truncate_to_commitlog(end)
     # Dispatch what the ConsumeQueues and index may lack (idempotent per unit).
     end = commitlog.max_offset
+    if hold_at_confirm:
+        end = _hold_at(confirmed_bound(cp), end, start, commitlog, queues, index, dispatcher)
+        index_from = max(index_from, dispatcher.indexed_to)
     while dispatcher.reput_offset < end:
         count, _ = dispatcher.run(end, index_from=index_from)
         if not count:
@@ -84,3 +104,22 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
         commitlog.queue_offsets = queues.max_offsets()
     queues.correct_min_offsets(commitlog.min_offset)
     return cp, crashed
+
+
+def _hold_at(bound: int, end: int, start: int, commitlog: CommitLog, queues: ConsumeQueueTable,
+             index: Index, dispatcher: Dispatcher) -> int:
+    """Controller mode: cut the ConsumeQueue units that point past ``bound`` (a crash scan
+    builds them, and so may the run before a crash) and move dispatch back to a record
+    start at or before it (``start``, where the crash scan began, or the log's start).
+    Returns where recovery's dispatch stops."""
+    if bound >= end:
+        return end
+    queues.truncate_to_commitlog(bound)
+    if dispatcher.reput_offset > bound:
+        # Dispatch from there again up to the bound: units are written where missing, and
+        # index entries not twice (here, or later up to the end).
+        dispatcher.indexed_to = max(dispatcher.indexed_to, index.end_phy_offset)
+        dispatcher.reput_offset = start if start <= bound else commitlog.min_offset
+    log.info("controller mode: ConsumeQueues recovered up to the confirm offset %d, not to "
+             "the CommitLog end %d", bound, end)
+    return bound

@@ -79,6 +79,104 @@ async def _start(client) -> None:
     client.start()
 
 
+def _pulled(st: ServerThread, broker, topic: str) -> list[bytes]:
+    """The bodies a consumer's pull from ``broker`` (queue 0, from offset 0) gets."""
+    from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
+    from rocketq.protocol.message import decode_records
+    from rocketq.remoting import RemotingClient
+
+    async def go():
+        client = RemotingClient()
+        try:
+            return await client.invoke(broker.address, RemotingCommand.request(
+                RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": "cg", "topic": topic, "queueId": 0, "queueOffset": 0,
+                    "maxMsgNums": 32, "sysFlag": 4, "subscription": "*", "commitOffset": 0,
+                    "suspendTimeoutMillis": 0, "subVersion": 0}), 5)
+        finally:
+            await client.close()
+    r = st.call(go())
+    if r.code != ResponseCode.SUCCESS:
+        return []
+    return [m.body for m in decode_records(r.body)]
+
+
+class StuckReplica:
+    """A link to a master's HA port that says it is replica ``broker_id`` holding
+    ``offset``, then acknowledges nothing more (it reads and drops what comes): the replica
+    stays in the SyncStateSet (for ``haMaxTimeSlaveNotCatchup``) and holds the master's
+    confirmOffset back."""
+
+    def __init__(self, st: ServerThread, address: str, broker_id: int, offset: int) -> None:
+        import asyncio
+
+        from rocketq.ha.protocol import encode_hello, encode_report
+
+        async def go():
+            host, _, port = address.rpartition(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(encode_hello(broker_id) + encode_report(offset))
+
+            async def drain():
+                while await reader.read(1 << 16):
+                    pass
+            return writer, asyncio.get_running_loop().create_task(drain())
+        self.st = st
+        self.writer, self.task = st.call(go())
+
+    def close(self) -> None:
+        async def go():
+            self.task.cancel()
+            self.writer.transport.abort()
+        self.st.call(go())
+
+
+def test_a_restarted_slave_shows_nothing_past_the_confirm_offset_it_knew(controlled):
+    st, controller, conf = controlled
+    conf.update(haMaxTimeSlaveNotCatchup=60_000, slaveReadEnable=True)
+    a = st.start_broker("a", **conf)
+    b = st.start_broker("b", **conf)
+    c = st.start_broker("c", **conf)
+    group = controller.engine.state.groups["broker-a"]
+    assert wait_for(lambda: group.sync_state_set == {1, 2, 3}, 10)
+    st.create_topic("Restart", 1)
+    confirmed = [b"m%d" % i for i in range(10)]
+    with Producer("pg", namesrv=st.namesrv) as producer:
+        sent = [producer.send(Message("Restart", body)) for body in confirmed]
+        assert {r.status for r in sent} == {SendStatus.SEND_OK}
+        # c stops taking a's log, but a link in its name stays, in sync and acknowledging
+        # nothing more: a's confirmOffset stays where it is, whoever else comes and goes.
+        st.call(c.ha_client.stop())
+        stuck = StuckReplica(st, a.ha_server.address, 3, c.store.commitlog.max_offset)
+        assert wait_for(lambda: group.sync_state_set == {1, 2, 3}
+                        and a.ha_server.sync_members == {2, 3}
+                        and 3 in {link.broker_id for link in a.ha_server.connections}, 10)
+        held = [producer.send(Message("Restart", b"h%d" % i)) for i in range(3)]
+    assert {r.status for r in held} <= {SendStatus.FLUSH_SLAVE_TIMEOUT,
+                                        SendStatus.SLAVE_NOT_AVAILABLE}
+    end = a.store.commitlog.max_offset
+    assert wait_for(lambda: b.store.commitlog.max_offset == end, 5)
+    b.store.catch_up()
+    assert b.store.get_max_offset("Restart", 0) == 10
+    assert _pulled(st, b, "Restart") == confirmed
+    # b restarts holding a's whole log, the unconfirmed tail included.
+    st.stop_broker(b)
+    b = st.start_broker("b", **conf)
+    assert b.store.commitlog.max_offset == end
+    b.store.catch_up()
+    assert b.store.get_max_offset("Restart", 0) == 10  # recovered no further than confirmed
+    assert _pulled(st, b, "Restart") == confirmed
+    # It hears its master's confirmOffset, still held back by c: still nothing more.
+    assert wait_for(lambda: b.ha_client is not None and b.ha_client.confirm_offset > 0, 10)
+    b.store.catch_up()
+    assert b.store.get_max_offset("Restart", 0) == 10
+    assert _pulled(st, b, "Restart") == confirmed
+    stuck.close()
+    st.call(_start(c.ha_client))  # c catches up: the tail is confirmed, b shows it
+    assert wait_for(lambda: b.store.get_max_offset("Restart", 0) == 13, 10)
+    assert _pulled(st, b, "Restart") == confirmed + [b"h%d" % i for i in range(3)]
+
+
 def test_a_master_that_wrote_alone_cuts_that_tail_when_it_rejoins(controlled):
     st, controller, conf = controlled
     a = st.start_broker("a", **conf)
