@@ -52,6 +52,14 @@ NAMESRV_ADMIN_CODES = frozenset({
     RequestCode.ADD_WRITE_PERM_OF_BROKER,
 })
 
+#: Codes only an admin account may send to a controller: the ones that change what it keeps
+#: or decides (joining a group, heartbeats that keep a master's lease, asking for an election,
+#: changing the SyncStateSet). Its reads need a signed account too, admin or not.
+CONTROLLER_ADMIN_CODES = frozenset({
+    RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_REGISTER_BROKER,
+    RequestCode.CONTROLLER_ELECT_MASTER, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+})
+
 _SENDS = {RequestCode.SEND_MESSAGE: ("topic",), RequestCode.SEND_REPLY_MESSAGE: ("topic",),
           RequestCode.SEND_MESSAGE_V2: ("b",), RequestCode.SEND_BATCH_MESSAGE: ("b",),
           RequestCode.SEND_REPLY_MESSAGE_V2: ("b",)}

@@ -181,8 +181,10 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
     if args.enable_controller:  # RocketMQ's enableControllerInNamesrv
         # The controller first: its data directory's lock refuses a second node before
         # anything of this one listens.
+        # It shares the NameServer's ACL file and TLS settings.
         controller = _controller(args.host, args.controller_port, args.controller_peers,
-                                 args.controller_data_dir, args.etcd)
+                                 args.controller_data_dir, args.etcd, args.acl_file,
+                                 args.tls_config, args.controller_secret_file)
         with _listening("controller"):
             await controller.start()
     try:
@@ -205,24 +207,22 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
 
 
 def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
-                etcd: str | None) -> Any:
-    """A controller node on Raft among ``peers`` (this node alone by default) or on etcd."""
-    from ..controller import Controller, EtcdEngine, RaftEngine
+                etcd: str | None, acl_file: str | None = None, tls_config: str | None = None,
+                secret_file: str | None = None) -> Any:
+    """A controller node on Raft among ``peers`` (this node alone by default) or on etcd,
+    with the ACL, TLS and Raft secret of its options (see ``cli/controller.py``)."""
+    from .controller import build_controller, controller_security
 
-    addr = f"{host}:{port}"
-    members = [p.strip() for p in (peers or "").split(",") if p.strip()]
-    if etcd:
-        return Controller(EtcdEngine(addr, etcd), host, port)
-    if members and addr not in members:
-        raise ValueError(f"the controller peers must list this node's own address {addr}")
-    return Controller(RaftEngine(addr, members or [addr], data_dir), host, port)
+    return build_controller(host, port, peers, data_dir, etcd,
+                            controller_security(acl_file, tls_config, secret_file))
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
     from .metrics import _metrics_note, _serve_metrics, _stop_all
 
     stop = _stop_on_signal()
-    controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd)
+    controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd,
+                             args.acl_file, args.tls_config, args.secret_file)
     with _listening("controller"):
         await controller.start()
     try:
@@ -401,6 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--controller-data-dir", help="with --enable-controller: the Raft journal")
     p.add_argument("--etcd", metavar="URL", help="with --enable-controller: keep the state in "
                                                  "etcd instead of Raft")
+    p.add_argument("--controller-secret-file", metavar="FILE",
+                   help="with --enable-controller: a secret every controller node shares, "
+                        "encrypting Raft between them (default with --acl-file: derived from "
+                        "its first admin account)")
     metrics_options(p, "--host")
     p.set_defaults(func=_run_namesrv)
 
@@ -414,6 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etcd", metavar="URL",
                    help="keep the state in etcd (e.g. http://127.0.0.1:2379) instead of Raft "
                         "among the controllers")
+    p.add_argument("--acl-file", metavar="PATH",
+                   help="check requests against this plain_acl.yml (brokers sign theirs with "
+                        "an admin account; reloaded on change)")
+    p.add_argument("--tls-config", metavar="FILE",
+                   help="a properties file with tlsMode and RocketMQ's tls.server.* keys")
+    p.add_argument("--secret-file", metavar="FILE",
+                   help="a secret every controller node shares, encrypting Raft between them "
+                        "(default with --acl-file: derived from its first admin account)")
     metrics_options(p, "--host")
     p.set_defaults(func=_run_controller)
 

@@ -78,12 +78,23 @@ class RaftEngine:
     """Embedded Raft from pysyncobj, between the controller nodes themselves (1 or 3 of them,
     no other server). ``self_addr`` and ``peers`` are controller request addresses; Raft
     talks on each one's port + 1. With ``data_dir`` the Raft journal and snapshots are kept
-    on disk, so a restarted node recovers the state."""
+    on disk, so a restarted node recovers the state. With ``password`` (the same on every
+    node) Raft traffic is encrypted and authenticated with it (pysyncobj's ``password``:
+    Fernet with a key derived by PBKDF2; it needs the ``cryptography`` package): a node
+    or client without it can neither read the log nor vote or append."""
 
-    def __init__(self, self_addr: str, peers: list[str], data_dir: str | None = None) -> None:
+    def __init__(self, self_addr: str, peers: list[str], data_dir: str | None = None,
+                 password: str | None = None) -> None:
         self.self_addr = self_addr
         self.peers = [p for p in peers if p != self_addr]
         self.data_dir = data_dir
+        self.password = password or None
+        if self.password is not None:
+            from pysyncobj.encryptor import HAS_CRYPTO
+
+            if not HAS_CRYPTO:
+                raise ValueError("a controller secret (Raft password) needs the cryptography "
+                                 "package: pip install cryptography")
         self._obj: Any = None
         self._consumer: Any = None
         #: The lock on ``data_dir`` while this node runs: two nodes appending to one journal
@@ -110,7 +121,7 @@ class RaftEngine:
         conf = SyncObjConf(autoTick=True, dynamicMembershipChange=False,
                            connectionRetryTime=1.0, raftMinTimeout=0.4, raftMaxTimeout=1.0,
                            appendEntriesPeriod=0.05, commandsWaitLeader=True,
-                           leaderFallbackTimeout=1.0)
+                           leaderFallbackTimeout=1.0, password=self.password)
         if self.data_dir:
             from ..dirlock import DirectoryLock
 

@@ -7,6 +7,11 @@ master's heartbeat, and when a master has gone silent and its lease has run out,
 new one from the live SyncStateSet and tells the group's brokers (NOTIFY_BROKER_ROLE_CHANGED
 1008). Any node answers reads; a node that is not the leader answers a change with
 CONTROLLER_NOT_LEADER, naming the leader.
+
+Like the NameServer's and the broker's, the controller's port may check every request
+against an ACL (``acl``: brokers sign theirs; an unsigned or wrongly signed one gets
+NO_PERMISSION and changes nothing) and serve TLS (``tls``). Its own requests to brokers
+(role notices) are signed with ``signer`` and encrypted with ``ssl``.
 """
 
 from __future__ import annotations
@@ -14,14 +19,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl as _ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from ..protocol import JAVA_LONG_MAX, RemotingCommand, RequestCode, ResponseCode
-from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
+from ..remoting import (
+    Connection,
+    RemotingClient,
+    RemotingServer,
+    Signer,
+    TlsSettings,
+    cancel_tasks,
+)
 from .engine import Engine, EngineError
 from .state import Group, Live, choose_master
 
@@ -45,6 +59,23 @@ class ControllerConfig:
     brokerHeartbeatTimeoutMillis: int = 3000
 
 
+Handler = Callable[[Connection, RemotingCommand], Any]
+
+
+class RequestGuard(Protocol):
+    """What the controller needs of an ACL: ``acl.AccessControl`` made with
+    ``CONTROLLER_ADMIN_CODES`` is one (the controller does not import ``acl``: the CLI hands
+    it in)."""
+
+    def guard(self, handler: Handler) -> Handler:
+        """``handler`` behind the ACL: a refused request never reaches it."""
+        ...
+
+    def start_watching(self) -> None: ...
+
+    async def stop_watching(self) -> None: ...
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -53,11 +84,18 @@ class Controller:
     """One controller node, serving on ``host:port``."""
 
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 9878,
-                 config: ControllerConfig | None = None) -> None:
+                 config: ControllerConfig | None = None, *, acl: RequestGuard | None = None,
+                 tls: TlsSettings | None = None, signer: Signer | None = None,
+                 ssl: _ssl.SSLContext | None = None) -> None:
+        """``acl`` checks every request before it is served; ``tls`` is the port's TLS
+        mode; ``signer`` and ``ssl`` sign and encrypt the role notices sent to brokers
+        (whose ports may check and want them too)."""
         self.engine = engine
         self.config = config or ControllerConfig()
-        self.server = RemotingServer(self.handle, host, port)
-        self.client = RemotingClient()
+        self.acl = acl
+        self.server = RemotingServer(acl.guard(self.handle) if acl is not None else self.handle,
+                                     host, port, tls=tls)
+        self.client = RemotingClient(signer=signer, ssl=ssl)
         #: group -> broker id -> its last heartbeat (this node's own view).
         self.live: dict[str, dict[int, Live]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -85,6 +123,8 @@ class Controller:
         self._started = time.monotonic()
         await self.engine.start()
         await self.server.start()
+        if self.acl is not None:
+            self.acl.start_watching()
         self._tasks.append(asyncio.get_running_loop().create_task(self._scan()))
         log.info("controller listening on %s", self.address)
 
@@ -92,6 +132,8 @@ class Controller:
         await cancel_tasks(self._tasks)
         self._tasks = []
         await self.server.stop()
+        if self.acl is not None:
+            await self.acl.stop_watching()
         await self.client.close()
         await self.engine.stop()
 
