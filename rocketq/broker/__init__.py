@@ -46,7 +46,7 @@ from .config import BrokerConfig, load_broker_conf, load_overrides
 from .consumer_calls import ConsumerCalls
 from .delay import DelayDelivery
 from .message_queries import MessageQueries
-from .offset_requests import OffsetRequests
+from .offset_requests import OffsetLog, OffsetRequests
 from .offsets import ConsumerOffsets
 from .pop import PopService
 from .pop_requests import PopRequests
@@ -173,7 +173,8 @@ class Broker:
                                               self.topics, changed)
         #: (group, topic, queue id) -> (client id, last lock time): orderly consumption.
         self.queue_locks = self.client_requests.queue_locks
-        self.offset_requests = OffsetRequests(self.offsets, store)
+        self.offset_requests = OffsetRequests(self.offsets, store, OffsetLog(
+            self.offsets, config.offsetLogEnable, lambda: self._writer))
         self.message_queries = MessageQueries(store)
         self.admin = AdminRequests(config, store_config, store, self.topics, self.offsets,
                                    self.clients, changed, self.runtime_info, self.stats)
@@ -197,9 +198,7 @@ class Broker:
             RequestCode.PULL_MESSAGE: self.pull.handle,
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
-            # What a slave copies from its master (slave_sync.py).
-            RequestCode.GET_ALL_CONSUMER_OFFSET: lambda conn, cmd: cmd.response(
-                body=orjson.dumps(self.offsets.wrapper())),
+            # What a slave copies from its master (slave_sync.py; offsets: offset_requests).
             RequestCode.GET_ALL_DELAY_OFFSET: lambda conn, cmd: cmd.response(
                 body=orjson.dumps(self.schedule.wrapper())),
             RequestCode.GET_BROKER_EPOCH_CACHE: self.epoch_cache,
@@ -276,6 +275,7 @@ class Broker:
                                              consumer_offsets=self.offsets.committed,
                                              lock=lock)
         self.store.dispatch_via(self.loop.call_soon)
+        await asyncio.to_thread(self.offset_requests.log.attach, self.store)  # type: ignore
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
         self._writer = StoreWriter(self.store)
@@ -295,7 +295,7 @@ class Broker:
                 self.config, self.store_config.storePathRootDir, lambda: self.address,
                 lambda: self.registration.ha_server_addr,
                 self._become_master, self._become_slave, self._use_sync_state_set,
-                lambda: self.store.commitlog.max_offset, self._in_sync)
+                lambda: self.store.commitlog.max_offset, self._in_sync, self.namesrv_client)
             self.replicas.lease_gained = self.registration.soon
             self.registration.may_register_as_master = self._lease_valid
         elif self.store_config.is_slave:
@@ -464,10 +464,10 @@ class Broker:
         self.config.brokerId = self.replicas.broker_id
         self.topics.next_version(role.master_epoch)
         try:
-            theirs, their_end = await self.replicas.master_epochs(role.master_addr)
-        except (RemotingError, OSError, ValueError, KeyError) as exc:
-            log.warning("cannot read master %s's epochs (%s); following without a check",
-                        role.master_addr, exc)
+            theirs, their_end = await self.replicas.master_epochs(role)
+        except (RemotingError, OSError, ValueError, KeyError) as exc:  # asked again later
+            raise RemotingError(f"not following master {role.master_addr} unchecked: "
+                                f"cannot read its epochs ({exc})") from exc
         else:
             mine = self.replicas.epochs.entries
             end = self.store.commitlog.max_offset

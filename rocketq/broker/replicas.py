@@ -9,6 +9,10 @@ stops taking writes before the controller may elect another. Role changes arrive
 (NOTIFY_BROKER_ROLE_CHANGED) or polled (GET_REPLICA_INFO), and are applied only for a higher
 ``masterEpoch``. A demoted master cuts its CommitLog back to the last offset it agrees on
 with the new master (compared through their epoch files) before it follows.
+
+Its requests (to the controllers, and the epoch look-up at a new master) are signed with the
+broker's own credentials and use TLS exactly as its NameServer requests do: a controller
+with an ACL serves only signed brokers, and one with TLS only TLS ones.
 """
 
 from __future__ import annotations
@@ -117,14 +121,17 @@ class ReplicasManager:
 
     ``become_master(role)`` and ``become_slave(role)`` are the broker's role switches;
     ``max_offset()`` and ``confirm_offset()`` what a heartbeat reports; ``in_sync()`` the
-    slaves that kept up, for the SyncStateSet a master reports."""
+    slaves that kept up, for the SyncStateSet a master reports. ``signed_like``: the
+    broker's NameServer client, whose signer (ACL credentials) and TLS context this one's
+    requests use too."""
 
     def __init__(self, config: BrokerConfig, store_root: str, address: Callable[[], str],
                  ha_address: Callable[[], str],
                  become_master: Callable[[Role], Awaitable[None]],
                  become_slave: Callable[[Role], Awaitable[None]],
                  use_sync_state_set: Callable[[set[int]], None],
-                 max_offset: Callable[[], int], in_sync: Callable[[], set[int]]) -> None:
+                 max_offset: Callable[[], int], in_sync: Callable[[], set[int]],
+                 signed_like: RemotingClient | None = None) -> None:
         self.config = config
         self.address = address
         self.ha_address = ha_address
@@ -133,7 +140,9 @@ class ReplicasManager:
         self._use_sync_state_set = use_sync_state_set
         self.max_offset = max_offset
         self.in_sync = in_sync
-        self.client = RemotingClient(self.notified)
+        self._signer = signed_like.signer if signed_like is not None else None
+        self._ssl = signed_like.ssl if signed_like is not None else None
+        self.client = self._new_client()
         self.identity_path = os.path.join(store_root, "brokerIdentity")
         self.epochs = EpochFile(os.path.join(store_root, "epochFileCheckpoint"))
         self.broker_id = self._load_identity()
@@ -182,7 +191,12 @@ class ReplicasManager:
         await cancel_tasks(self._tasks)
         self._tasks = []
         await self.client.close()
-        self.client = RemotingClient(self.notified)  # start() may be called again
+        self.client = self._new_client()  # start() may be called again
+
+    def _new_client(self) -> RemotingClient:
+        """The client of the controllers (and of a new master's epochs): signed and with
+        TLS as the broker's NameServer client is."""
+        return RemotingClient(self.notified, signer=self._signer, ssl=self._ssl)
 
     def lease_valid(self) -> bool:
         """Whether this master may take a write now."""
@@ -368,9 +382,11 @@ class ReplicasManager:
                          or (role.master_ha_addr and role.master_ha_addr != held.master_ha_addr))
                 if moved and not self.is_master and not sync_state_set_only:
                     # The master restarted within its epoch on other ports: follow it there.
+                    was = held.master_addr, held.master_ha_addr
                     held.master_addr = role.master_addr or held.master_addr
                     held.master_ha_addr = role.master_ha_addr or held.master_ha_addr
-                    await self._become_slave(held)
+                    if not await self._follow(held):
+                        held.master_addr, held.master_ha_addr = was  # moved again next poll
                 return
             if sync_state_set_only or role.master_id < 0:
                 return
@@ -391,17 +407,41 @@ class ReplicasManager:
                          role.master_addr, role.master_epoch)
                 self.is_master = False
                 self.lease_deadline = 0.0
-                await self._become_slave(role)
+                if not await self._follow(role):
+                    self.role = held  # the role is taken again at the next poll
 
-    async def master_epochs(self, master_addr: str) -> tuple[list[tuple[int, int]], int]:
-        """The master's epoch file and end (GET_BROKER_EPOCH_CACHE)."""
-        r = await self.client.invoke(master_addr, RemotingCommand.request(
-            RequestCode.GET_BROKER_EPOCH_CACHE), 3)
-        if r.code != ResponseCode.SUCCESS:
-            raise RemotingError(f"the master answered {r.code}: {r.remark}")
-        body = orjson.loads(r.body)
-        return ([(int(e["epoch"]), int(e["startOffset"])) for e in body["epochList"]],
-                int(body["maxOffset"]))
+    async def _follow(self, role: Role) -> bool:
+        """Follow ``role``'s master; False when its epochs could not be read (nothing was
+        followed unchecked: the broker stays a fenced slave until the next try)."""
+        try:
+            await self._become_slave(role)
+        except RemotingError as exc:
+            log.warning("%s; trying again at the next poll", exc)
+            return False
+        return True
+
+    async def master_epochs(self, role: Role, patience: float = 10.0
+                            ) -> tuple[list[tuple[int, int]], int]:
+        """``role``'s master's epoch file and end (GET_BROKER_EPOCH_CACHE), once the file
+        holds ``role.master_epoch``: a slave told of an election may ask before the new
+        master has taken its epoch, and an answer without it would leave the epoch out of
+        this broker's file for good (and out of the file of every broker that later
+        follows this one), blurring where the epochs' logs part. Asks again for up to
+        ``patience`` seconds; RemotingError when the master never shows the epoch."""
+        deadline = time.monotonic() + patience
+        while True:
+            r = await self.client.invoke(role.master_addr, RemotingCommand.request(
+                RequestCode.GET_BROKER_EPOCH_CACHE), 3)
+            if r.code != ResponseCode.SUCCESS:
+                raise RemotingError(f"the master answered {r.code}: {r.remark}")
+            body = orjson.loads(r.body)
+            entries = [(int(e["epoch"]), int(e["startOffset"])) for e in body["epochList"]]
+            if entries and entries[-1][0] >= role.master_epoch:
+                return entries, int(body["maxOffset"])
+            if time.monotonic() >= deadline:
+                raise RemotingError(f"the master has not taken epoch {role.master_epoch} "
+                                    f"(its last is {entries[-1][0] if entries else None})")
+            await asyncio.sleep(0.1)
 
 
 def _role(cmd: RemotingCommand) -> Role | None:

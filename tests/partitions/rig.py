@@ -24,7 +24,7 @@ def start(net: Network, node: Node, args: list[str], directory: str, name: str,
     argv = [sys.executable, *args] if args[0] == CLIENT else \
         [sys.executable, "-m", "rocketq.cli", "--log-level", "WARNING", *args]
     env = {**os.environ, "ROCKETQ_GRPC_PORT": "0", "PYTHONUNBUFFERED": "1"}
-    with open(os.path.join(directory, f"{name}.log"), "w") as log:
+    with open(os.path.join(directory, f"{name}.log"), "a") as log:  # a restart appends
         proc = net.run(node, argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
@@ -252,7 +252,13 @@ class ControlledGroup:
         return f"{node.addr}:{BROKER_PORT}"
 
     def epochs(self) -> list[tuple[int, int]]:
-        """The epoch file of the master now (every replica agrees on what it holds)."""
+        """Every epoch and its start offset that any replica's epoch file names (the
+        master's own entries first): the epoch each stored message was written under."""
         master = self.master()
-        assert master is not None, "no master to read the epochs of"
-        return epochs_of(self.directory, master)
+        order = ([master] if master is not None else []) + \
+            [n for n in self.nodes if n is not master]
+        starts: dict[int, int] = {}
+        for node in order:
+            for epoch, start in epochs_of(self.directory, node):
+                starts.setdefault(epoch, start)
+        return sorted(starts.items())
