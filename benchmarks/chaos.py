@@ -151,20 +151,25 @@ def partitions(faults: int, seed: int, as_json: bool) -> int:
 
     result = run_partitions(faults, seed, quiet=as_json)
     if as_json:
-        print(json.dumps({k: v for k, v in result.items() if k != "log"} | {"seed": seed}))
+        print(json.dumps({k: v for k, v in result.items() if k not in ("log", "epochs")}
+                         | {"seed": seed}))
     else:
         print(f"chaos --partitions, seed {seed}: {result['faults']} faults")
-        print(f"{'fault':<20}{'count':>6}{'first ack median s':>20}{'max s':>8}")
+        print(f"{'fault':<20}{'count':>6}{'first ack median s':>20}{'max s':>8}"
+              f"{'pause median s':>16}{'max s':>8}")
         for kind, row in result["per_kind"].items():
             print(f"{kind:<20}{row['count']:>6}{row['first_ack_median_s'] or '-':>20}"
-                  f"{row['first_ack_max_s'] or '-':>8}")
+                  f"{row['first_ack_max_s'] or '-':>8}{row['pause_median_s'] or '-':>16}"
+                  f"{row['pause_max_s'] or '-':>8}")
         print(f"acknowledged {result['acked']}, unknown {result['unknown']}, lost "
               f"{result['lost']}, read twice {result['duplicated']}, two-writer windows "
               f"{result['two_writer_windows']}; first acknowledged send after a fault: "
               f"median {result['first_ack_median_s']} s, max {result['first_ack_max_s']} s")
         for violation in result["violations"]:
             print(f"  {violation}")
-    return 0 if not result["violations"] else 1
+        if result["violations"] or not result["epoch_files_agree"]:
+            print(f"epoch files: {result['epochs']}")
+    return 0 if not result["violations"] and result["epoch_files_agree"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:

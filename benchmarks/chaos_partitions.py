@@ -10,7 +10,9 @@ undone; the next one starts once every replica is in sync again. Afterwards the 
 reads to the end and the checker judges the whole history: acknowledged sends lost, read
 twice by the group, and two-writer windows (two brokers of the group acknowledging writes
 at one moment, with the epoch each message was stored under taken from the epoch file).
-For each fault: the time from its start to the first acknowledged send begun after it.
+For each fault: the time from its start to the first acknowledged send begun after it, and
+the longest pause between two acknowledgements from its start until sends resumed after it
+was undone.
 """
 
 from __future__ import annotations
@@ -124,12 +126,26 @@ def inject(cluster: Cluster, kind: str, hold: float, rng: random.Random) -> floa
     return began
 
 
-def summary(gaps: list[float | None]) -> dict[str, object]:
-    """A fault kind's count and its times to the first acknowledged send."""
+def summary(gaps: list[float | None], pauses: list[float]) -> dict[str, object]:
+    """A fault kind's count, its times to the first acknowledged send, and its longest
+    pauses between two acknowledgements."""
     done = [g for g in gaps if g is not None]
     return {"count": len(gaps), "no_ack_within_60_s": len(gaps) - len(done),
             "first_ack_median_s": round(statistics.median(done), 3) if done else None,
-            "first_ack_max_s": round(max(done), 3) if done else None}
+            "first_ack_max_s": round(max(done), 3) if done else None,
+            "pause_median_s": round(statistics.median(pauses), 3) if pauses else None,
+            "pause_max_s": round(max(pauses), 3) if pauses else None}
+
+
+def longest_pause(ack_times: list[float], begin: float, end: float) -> float:
+    """The longest time without an acknowledgement from ``begin`` to ``end`` (``ack_times``
+    sorted): a fault that lets the old master acknowledge until its lease runs out has its
+    first acknowledgement at once, and its pause here."""
+    import bisect
+
+    inside = ack_times[bisect.bisect_left(ack_times, begin):bisect.bisect_right(ack_times, end)]
+    marks = [begin, *inside, end]
+    return max(b - a for a, b in zip(marks, marks[1:]))  # noqa: B905
 
 
 def run(faults: int, seed: int, quiet: bool) -> dict[str, object]:
@@ -140,6 +156,7 @@ def run(faults: int, seed: int, quiet: bool) -> dict[str, object]:
     rng = random.Random(seed)
     directory = tempfile.mkdtemp(prefix="rocketq-chaos-net-")
     per_kind: dict[str, list[float | None]] = defaultdict(list)
+    windows: list[tuple[str, float, float]] = []  # kind, began, sends resumed (or gave up)
     first_ack: list[float] = []
     log: list[str] = []
     with Network() as net:
@@ -151,10 +168,13 @@ def run(faults: int, seed: int, quiet: bool) -> dict[str, object]:
             kind = rng.choice(KINDS)
             hold = rng.uniform(1.0, 4.0)
             began = inject(cluster, kind, hold, rng)
-            resumed = rig.wait_until(lambda b=began: cluster.first_ack_after(b) is not None,
-                                     60)
-            gap = cluster.first_ack_after(began) if resumed else None
+            undone = time.time()
+            # Sends go on after the fault is undone: a send begun since then acknowledged.
+            rig.wait_until(lambda u=undone: cluster.first_ack_after(u) is not None, 60)
+            gap = cluster.first_ack_after(began)
             per_kind[kind].append(gap)
+            after = cluster.first_ack_after(undone)
+            windows.append((kind, began, undone + (after if after is not None else 60)))
             if gap is not None:
                 first_ack.append(gap)
             log.append(f"{kind} for {hold:.1f} s: first acknowledged send "
@@ -170,11 +190,23 @@ def run(faults: int, seed: int, quiet: bool) -> dict[str, object]:
         time.sleep(1)
         rig.stop(cluster.consumer)
         ops = load([cluster.sends, cluster.reads])
+        # Every replica follows the last master and holds its epoch file by now.
+        rig.wait_until(lambda: len({tuple(rig.epochs_of(directory, n))
+                                    for n in cluster.nodes}) == 1, 10)
+        epochs = {n.name: rig.epochs_of(directory, n) for n in cluster.nodes}
         annotate_epochs(ops, cluster.epochs())
     verdict = check(ops)
-    import shutil
+    if verdict.violations:  # keep the logs, histories and stores to look into
+        print(f"violations: everything is kept in {directory}", file=sys.stderr)
+    acks = sorted(op.end for op in ops if op.kind == "send" and op.outcome == "ok")
+    pauses: dict[str, list[float]] = defaultdict(list)
+    for kind, began, until in windows:
+        pauses[kind].append(longest_pause(acks, began, until))
+    every_pause = [p for ps in pauses.values() for p in ps]
+    if not verdict.violations:
+        import shutil
 
-    shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
     return {
         "faults": len(log), "acked": verdict.stats.get("acknowledged", 0),
         "unknown": verdict.stats.get("unknown", 0),
@@ -185,6 +217,11 @@ def run(faults: int, seed: int, quiet: bool) -> dict[str, object]:
         "first_ack_median_s": round(statistics.median(first_ack), 3) if first_ack else None,
         "first_ack_max_s": round(max(first_ack), 3) if first_ack else None,
         "no_ack_within_60_s": len(log) - len(first_ack),
-        "per_kind": {kind: summary(gaps) for kind, gaps in sorted(per_kind.items())},
+        "pause_median_s": round(statistics.median(every_pause), 3) if every_pause else None,
+        "pause_max_s": round(max(every_pause), 3) if every_pause else None,
+        "per_kind": {kind: summary(gaps, pauses[kind])
+                     for kind, gaps in sorted(per_kind.items())},
         "log": log,
-        "violations": [str(v) for v in verdict.violations[:20]]}
+        "violations": [str(v) for v in verdict.violations[:20]],
+        "epoch_files_agree": len({tuple(entries) for entries in epochs.values()}) == 1,
+        "epochs": {name: [list(e) for e in entries] for name, entries in epochs.items()}}

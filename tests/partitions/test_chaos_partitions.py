@@ -32,3 +32,4 @@ def test_a_short_partition_chaos_run_is_valid():
     assert result["acked"] > 100
     assert (result["lost"], result["duplicated"], result["two_writer_windows"]) == (0, 0, 0)
     assert result["first_ack_max_s"] is not None
+    assert result["epoch_files_agree"]
