@@ -385,15 +385,19 @@ def load_overrides(config: BrokerConfig, store_config: MessageStoreConfig) -> di
     them. A file with a key or value that would be refused today raises ValueError naming
     the file, so that the broker does not start with settings nobody chose."""
     path = overrides_path(store_config)
-    if not os.path.exists(path):
-        return {}
-    try:
-        values = check_settings(parse_properties(Path(path).read_text(encoding="utf-8")))
-    except ConfigUpdateError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    apply_settings(config, store_config, values)
+    values: dict[str, Any] = {}
+    if os.path.exists(path):
+        try:
+            values = check_settings(parse_properties(Path(path).read_text(encoding="utf-8")))
+        except ConfigUpdateError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                             ) from None
+        apply_settings(config, store_config, values)
+    # The store reads enableControllerMode too (it recovers only up to the confirm offset):
+    # a broker built in code whose BrokerConfig alone says so must not recover as a plain one.
+    store_config.enableControllerMode |= config.enableControllerMode
     return values
 
 

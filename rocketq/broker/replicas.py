@@ -147,6 +147,9 @@ class ReplicasManager:
         self.epochs = EpochFile(os.path.join(store_root, "epochFileCheckpoint"))
         self.broker_id = self._load_identity()
         self.role: Role | None = None
+        #: The newest master epoch any controller answer named (may be above ``role``'s
+        #: while that role is still being taken).
+        self.newest_epoch = -1
         self.is_master = False
         #: Until when (monotonic) a master may take writes: its lease, on its own clock.
         self.lease_deadline = 0.0
@@ -316,19 +319,33 @@ class ReplicasManager:
                 if self.role is None:
                     await self._join()
                     continue
-                r = await self._invoke(RequestCode.CONTROLLER_GET_REPLICA_INFO,
-                                       self._identity_fields())
-                if r.code == ResponseCode.SUCCESS and int(r.ext_fields.get(
-                        "masterBrokerId", -1)) < 0:
-                    await self._join()  # a group without a master: ask for an election
-                elif r.code == ResponseCode.SUCCESS:
-                    await self.apply(_role(r))
-                elif r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
-                    await self._join()
+                await self._ask_and_apply()
             except (RemotingError, OSError, ValueError, KeyError) as exc:
                 log.info("controller poll failed: %s", exc)
             except Exception:  # never let one bad round end the polling
                 log.exception("applying the controller's answer failed")
+
+    async def _ask_and_apply(self) -> None:
+        """GET_REPLICA_INFO from the controller leader, and take the role it says."""
+        r = await self._invoke(RequestCode.CONTROLLER_GET_REPLICA_INFO, self._identity_fields())
+        if r.code == ResponseCode.SUCCESS and int(r.ext_fields.get("masterBrokerId", -1)) < 0:
+            await self._join()  # a group without a master: ask for an election
+        elif r.code == ResponseCode.SUCCESS:
+            role = _role(r)
+            if role is not None:
+                self.newest_epoch = max(self.newest_epoch, role.master_epoch)
+            await self.apply(role)
+        elif r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
+            await self._join()
+
+    async def _refresh(self) -> None:
+        """A notice said the role changed: ask the controller what it is now."""
+        try:
+            await self._ask_and_apply()
+        except (RemotingError, OSError, ValueError, KeyError) as exc:
+            log.info("controller asked after a notice, and failed: %s", exc)
+        except Exception:
+            log.exception("applying the controller's answer failed")
 
     async def _report_sync_state_set(self) -> None:
         """A master: tell the controller who keeps up (RocketMQ's checkSyncStateSet)."""
@@ -357,10 +374,14 @@ class ReplicasManager:
                 self._use_sync_state_set(self.role.sync_state_set)
 
     def notified(self, conn: Any, cmd: RemotingCommand) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED from a controller."""
+        """NOTIFY_BROKER_ROLE_CHANGED from a controller: a hint only. The role is asked of
+        the controllers this broker is configured with, never taken from the notice: any
+        client that reaches the broker port could send one (with a made-up epoch and
+        master whose epoch file would have this broker cut its whole CommitLog)."""
         if cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
-            with contextlib.suppress(KeyError, ValueError):
-                asyncio.get_running_loop().create_task(self.apply(_role(cmd)))
+            task = asyncio.get_running_loop().create_task(self._refresh())
+            self._tasks.append(task)
+            task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
         return None
 
     # ------------------------------------------------------------------ roles
@@ -411,12 +432,17 @@ class ReplicasManager:
                     self.role = held  # the role is taken again at the next poll
 
     async def _follow(self, role: Role) -> bool:
-        """Follow ``role``'s master; False when its epochs could not be read (nothing was
-        followed unchecked: the broker stays a fenced slave until the next try)."""
+        """Follow ``role``'s master; False when that failed (its epochs could not be read,
+        a newer role came meanwhile, the store refused a cut): nothing was followed
+        unchecked, and the broker stays a fenced slave until the next poll tries again."""
         try:
             await self._become_slave(role)
         except RemotingError as exc:
             log.warning("%s; trying again at the next poll", exc)
+            return False
+        except Exception:  # never stop following for good over one failed try
+            log.exception("following master %s failed; trying again at the next poll",
+                          role.master_addr)
             return False
         return True
 
@@ -438,6 +464,9 @@ class ReplicasManager:
             entries = [(int(e["epoch"]), int(e["startOffset"])) for e in body["epochList"]]
             if entries and entries[-1][0] >= role.master_epoch:
                 return entries, int(body["maxOffset"])
+            if self.newest_epoch > role.master_epoch:  # held the role lock; let it go
+                raise RemotingError(f"epoch {self.newest_epoch} came while waiting for "
+                                    f"master {role.master_addr} to take {role.master_epoch}")
             if time.monotonic() >= deadline:
                 raise RemotingError(f"the master has not taken epoch {role.master_epoch} "
                                     f"(its last is {entries[-1][0] if entries else None})")

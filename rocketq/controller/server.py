@@ -294,7 +294,13 @@ class Controller:
         return answer
 
     def get_replica_info(self, cmd: RemotingCommand) -> RemotingCommand:
-        """CONTROLLER_GET_REPLICA_INFO: the group's master, epochs and SyncStateSet."""
+        """CONTROLLER_GET_REPLICA_INFO: the group's master, epochs and SyncStateSet, from
+        the leader only (as RocketMQ's controllers answer every request): a follower's copy
+        may be stale, a node cut from its majority's for good, and a broker polling it would
+        never learn of an election (CONTROLLER_NOT_LEADER names the leader instead)."""
+        refused = self._not_leader(cmd)
+        if refused is not None:
+            return refused
         name = cmd.field("brokerName") or ""
         group = self.engine.state.groups.get(name)
         if group is None:

@@ -420,6 +420,7 @@ def test_a_controller_node_killed_changes_nothing_for_the_brokers(tmp_path):
         # keeps renewing it and keeps taking sends, and no broker election happens.
         assert wait_for(lambda: len(sender.acked) >= count + 500, 30)
         assert c.master() == master
+        assert wait_for(c.replica_info, 10)  # only the leader answers; one leads again
         info = c.replica_info()
         assert info["masterEpoch"] == "1" and len(info["syncStateSet"]) == 3
     finally:
@@ -486,4 +487,56 @@ def test_a_controller_restarted_without_its_state_goes_on_above_the_brokers_epoc
     finally:
         if sender is not None:
             sender.stop()
+        c.close()
+
+
+@pytest.mark.slow
+def test_a_forged_role_notice_changes_nothing(tmp_path):
+    """NOTIFY_BROKER_ROLE_CHANGED sent to the master by a stranger, naming a huge epoch and a
+    master of its own whose epoch file would have the broker cut its whole CommitLog: the
+    broker asks its controller instead, stays master and keeps every byte."""
+    from rocketq.remoting import RemotingServer
+
+    asked = []
+
+    def fake_master(conn, cmd):  # what a rogue "master" would answer
+        asked.append(cmd.code)
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(
+            {"epochList": [{"epoch": 1 << 40, "startOffset": 0}], "maxOffset": 0}))
+
+    c = ControlledCluster(tmp_path, replicas=2)
+    try:
+        assert wait_for(lambda: len(replica_info(c.controller).get("syncStateSet", [])) == 2,
+                        30)
+        master = c.master()
+        with Producer("forged-notice", namesrv=c.namesrv) as producer:
+            for i in range(20):
+                assert producer.send(Message("Forged", b"%d" % i)).status is SendStatus.SEND_OK
+            before = c.commitlog(master)
+
+            async def forge() -> None:
+                import asyncio
+
+                server = RemotingServer(fake_master, "127.0.0.1", 0)
+                await server.start()
+                rogue = server.address
+                client = RemotingClient()
+                try:
+                    await client.invoke_oneway(master, RemotingCommand.request(
+                        RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {
+                            "masterBrokerId": 9, "masterAddress": rogue,
+                            "masterHaAddress": rogue, "masterEpoch": 1 << 40,
+                            "syncStateSetEpoch": 1 << 40, "brokerId": 1}))
+                    await asyncio.sleep(3)  # more than a poll and a role change take
+                finally:
+                    await client.close()
+                    await server.stop()
+
+            run(forge())
+            assert asked == [], "the broker asked the forged master for its epochs"
+            assert c.master() == master
+            assert replica_info(c.controller)["masterEpoch"] == "1"
+            assert producer.send(Message("Forged", b"after")).status is SendStatus.SEND_OK
+            assert c.commitlog(master)[:len(before)] == before
+    finally:
         c.close()
