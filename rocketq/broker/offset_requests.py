@@ -2,10 +2,12 @@
 requests, and AdminBrokerProcessor's queue look-ups).
 
 QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) read and commit a group's offset in
-a queue (a commit that changes the offset is written to the offset log, and answered once the
-record is as safe as a send: offset_log.py); GET_ALL_CONSUMER_OFFSET (43) is the whole table,
-what slaves copy; GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29) and
-GET_EARLIEST_MSG_STORETIME (32) answer from the store's ConsumeQueues.
+a queue (a commit that changes the offset is written to the offset log, and answered SUCCESS
+once the record is as safe as a send, an error when it is not: offset_log.py; a queue id
+beyond a Java int or an offset beyond a Java long is refused, INVALID_PARAMETER);
+GET_ALL_CONSUMER_OFFSET (43) is the whole table, what slaves copy; GET_MAX_OFFSET (30),
+GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32) answer
+from the store's ConsumeQueues.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import orjson
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..remoting import Connection
 from .offset_log import OffsetLog
-from .offsets import ConsumerOffsets
+from .offsets import ConsumerOffsets, check_commit
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -67,18 +69,31 @@ class OffsetRequests:
 
     def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand):
         """UPDATE_CONSUMER_OFFSET: commit the group's offset in a queue. Answered at once,
-        unless the offset log wrote a record that must be flushed or replicated first (then
-        a coroutine answers once it is: a commit that returned survives a failover)."""
+        unless the offset log wrote a record that must be flushed or replicated first, or
+        the same offset's record is still settling (then a coroutine answers once it is: a
+        commit answered SUCCESS survives a failover). A record that could not be written or
+        did not settle answers an error (the offset stays committed here, and the next
+        commit writes the record again)."""
+        queue_id, offset = cmd.int_field("queueId"), cmd.int_field("commitOffset")
+        try:
+            check_commit(queue_id, offset)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         done = self.offsets.commit(cmd.field("consumerGroup") or "", cmd.field("topic") or "",
-                                   cmd.int_field("queueId"), cmd.int_field("commitOffset"))
-        if done is None or not done[1] or self.log is None:
+                                   queue_id, offset)
+        if done is None or self.log is None:
+            return cmd.response()
+        if done.appended is not None and not done.wait_at:
             return cmd.response()
         return self._answer_when_safe(cmd, done)
 
     async def _answer_when_safe(self, cmd: RemotingCommand, done: Any) -> RemotingCommand:
         assert self.log is not None
-        await self.log.wait(done)
-        return cmd.response()  # committed here either way, as RocketMQ answers
+        failure = await self.log.wait(done)
+        if failure is None:
+            return cmd.response()
+        code, remark = failure
+        return cmd.response(code, remark=remark)
 
     def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_ALL_CONSUMER_OFFSET: the whole table (what a slave copies, slave_sync.py)."""

@@ -5,9 +5,10 @@ win), delay offsets (GET_ALL_DELAY_OFFSET 45) and subscription groups
 knows the topics and where each group stands; the master serves the same codes.
 
 Consumer offsets reach a slave through the replicated log when both ends keep the offset log
-(broker/offset_log.py; the master's answer then says ``offsetLogOffset``): the copy, which
-may be seconds older than what the log brought, then only fills in the offsets this slave
-has none of (those committed before its log begins), and never sets one back."""
+(broker/offset_log.py; the master's answer then says ``offsetLogOffset``, how far into the log
+its table covers): the copy is then taken in full, removals included, and the records this
+slave holds beyond that point are applied over it (``OffsetLog.take_copy``), so a copy older
+than what the log brought sets nothing back, and one at least as new takes over."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ class SlaveSync:
     def _offsets(self, body: dict) -> None:
         table = body.get("offsetTable") or {}
         if self.offsets.logged and LOG_OFFSET_KEY in body:
-            self.offsets.fill_missing(table)
+            self.offsets.take_copy(table, int(body[LOG_OFFSET_KEY]))
         else:
             self.offsets.put_all(table)
         self.offsets.persist()

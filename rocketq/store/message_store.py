@@ -130,6 +130,10 @@ class MessageStore(MessageLookups, Housekeeping):
         #: test) would otherwise pick the same oldest file and report it twice.
         self._clean_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        #: Called with the new end after :meth:`truncate` cut the log (dispatch still
+        #: paused): whoever built state from the records that are gone (the broker's
+        #: offset log) rebuilds it.
+        self.on_truncate: list[Callable[[int], None]] = []
         self.running = False
         self.recovered_abnormally = False
         self.last_clean_time = 0.0
@@ -345,19 +349,25 @@ class MessageStore(MessageLookups, Housekeeping):
     def truncate(self, offset: int) -> int:
         """Forget the CommitLog from ``offset`` on, and every ConsumeQueue unit that points
         there: a demoted master's tail that its group never agreed on (controller mode).
-        Returns the new end. The index keeps its entries; a look-up that lands past the end
-        finds no record."""
+        Returns the new end, after calling the ``on_truncate`` hooks with it. The index
+        keeps its entries; a look-up that lands past the end finds no record."""
         if not self.running:
             raise StoreClosedError("the message store is closed")
-        with self.dispatcher.paused(), self.commitlog.lock:
-            offset = max(self.commitlog.min_offset, min(offset, self.commitlog.max_offset))
-            self.commitlog.files.truncate(offset)
-            self._dispatcher.reput_offset = min(self._dispatcher.reput_offset, offset)
-            self._dispatcher.indexed_to = min(self._dispatcher.indexed_to, offset - 1)
-            self.queues.truncate_to_commitlog(offset)
-            self.commitlog.queue_offsets = self.queues.max_offsets()
-            self.commitlog.queue_room = {}
-        log.warning("CommitLog truncated at %d", offset)
+        with self.dispatcher.paused():
+            with self.commitlog.lock:
+                offset = max(self.commitlog.min_offset, min(offset, self.commitlog.max_offset))
+                self.commitlog.files.truncate(offset)
+                self._dispatcher.reput_offset = min(self._dispatcher.reput_offset, offset)
+                self._dispatcher.indexed_to = min(self._dispatcher.indexed_to, offset - 1)
+                self.queues.truncate_to_commitlog(offset)
+                self.commitlog.queue_offsets = self.queues.max_offsets()
+                self.commitlog.queue_room = {}
+            log.warning("CommitLog truncated at %d", offset)
+            for hook in list(self.on_truncate):  # before anything new is dispatched
+                try:
+                    hook(offset)
+                except Exception:
+                    log.exception("truncation hook %r failed", hook)
         return offset
 
     # ================================================================== dispatch
