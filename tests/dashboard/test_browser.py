@@ -110,19 +110,30 @@ def click(driver: Any, selector: str) -> None:
 
 
 def fill(driver: Any, form: str, values: dict[str, str]) -> None:
-    """Type ``values`` into the fields of ``form`` (a CSS selector) and submit it."""
-    for name, value in values.items():
-        field = css(driver, f"{form} [name={name}]")
-        if field.tag_name == "select":
-            from selenium.webdriver.support.select import Select
+    """Type ``values`` into the fields of ``form`` (a CSS selector) and submit it. When
+    Chromium loses the form's nodes meanwhile ("does not belong to the document", seen on a
+    loaded machine), the form is found and filled again, up to five times."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 
-            Select(field).select_by_visible_text(value)
-        elif field.get_attribute("type") == "datetime-local":
-            driver.execute_script("arguments[0].value = arguments[1]", field, value)
-        else:
-            field.clear()
-            field.send_keys(value)
-    click(driver, f"{form} button[type=submit]")
+    for attempt in range(5):
+        try:
+            for name, value in values.items():
+                field = css(driver, f"{form} [name={name}]")
+                if field.tag_name == "select":
+                    from selenium.webdriver.support.select import Select
+
+                    Select(field).select_by_visible_text(value)
+                elif field.get_attribute("type") == "datetime-local":
+                    driver.execute_script("arguments[0].value = arguments[1]", field, value)
+                else:
+                    field.clear()
+                    field.send_keys(value)
+            click(driver, f"{form} button[type=submit]")
+            return
+        except (StaleElementReferenceException, WebDriverException) as exc:
+            if attempt == 4 or ("stale" not in str(exc) and "document" not in str(exc)):
+                raise
+            time.sleep(0.3)
 
 
 def notice(driver: Any) -> str:
