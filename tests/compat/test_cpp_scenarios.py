@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rocketq import Message, Producer, PullConsumer
+from rocketq.cli import main as rocketq_main
 
 from ..conftest import wait_for
 from .clients import Standalone, client_python, run_client
@@ -171,7 +172,7 @@ for key, state in (("c", TransactionStatus.COMMIT), ("r", TransactionStatus.ROLL
     m.set_body(("tx-" + key).encode())
     r = producer.send_message_in_transaction(m, lambda msg, args, state=state: state)
     print("SENT", key, int(r.status), flush=True)
-deadline = time.time() + 20
+deadline = time.time() + 45  # the client's scheduled heartbeat comes 30 s after its start
 while "u" not in checked and time.time() < deadline:
     time.sleep(0.1)
 time.sleep(0.5)  # let the check's END_TRANSACTION reach the broker
@@ -180,8 +181,10 @@ print("CHECKED", ",".join(checked), flush=True)
 """
 
 # Checked every 300 ms; RocketMQ's 15 checks would then give up on a half after 4.5 s, less
-# than a loaded machine may take before the C++ producer's first heartbeat names its channel.
-FAST_CHECKS = "transactionTimeOut=500\ntransactionCheckInterval=300\ntransactionCheckMax=100\n"
+# than the C++ producer may take before a heartbeat names its channel: it heartbeats at its
+# start, to the brokers its routes name by then (none, when that races with its first route
+# fetch), and then every 30 s (seen in a CI run: no heartbeat in the first 21 s).
+FAST_CHECKS = "transactionTimeOut=500\ntransactionCheckInterval=300\ntransactionCheckMax=200\n"
 
 
 @pytest.mark.slow
@@ -189,6 +192,10 @@ def test_cpp_transaction_producer_commit_rollback_and_check_back(tmp_path):
     python = client_python("rocketmq-client-python-0.5.0rc2", "rocketmq-client-python==0.5.0rc2")
     server = Standalone(tmp_path / "data", extra_conf=FAST_CHECKS)
     try:
+        # The topic exists before the client starts, so its first route fetch names the
+        # broker and its start-up heartbeat reaches it.
+        assert rocketq_main(["admin", "--namesrv", server.namesrv, "topic", "create",
+                             "CppTx", "--queues", "4"]) == 0
         proc = run_client(python, TRANSACTION_SCRIPT, server.namesrv)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
         sent = [line.split() for line in proc.stdout.splitlines() if line.startswith("SENT")]
