@@ -13,6 +13,7 @@ the ConsumeStatus figures are zeros.
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import sys
 import threading
@@ -123,11 +124,21 @@ def _queue_info(consumer: Any, mq: MessageQueue, state: Any) -> dict[str, Any]:
 
 
 def _thread_stacks() -> str:
-    """Every thread's stack, the answer to ``jstackEnable``."""
+    """Every thread's stack, the answer to ``jstackEnable``. The garbage collector is off
+    meanwhile: a collection run here, holding other threads' live frames, once finalized an
+    abandoned event loop in the middle of formatting and never returned."""
     names = {t.ident: t.name for t in threading.enumerate()}
     parts = []
-    for ident, frame in sys._current_frames().items():
-        parts.append(f'"{names.get(ident, ident)}"\n' + "".join(traceback.format_stack(frame)))
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for ident, frame in sys._current_frames().items():
+            parts.append(f'"{names.get(ident, ident)}"\n'
+                         + "".join(traceback.format_stack(frame)))
+            del frame
+    finally:
+        if was_enabled:
+            gc.enable()
     return "\n".join(parts)
 
 
