@@ -12,7 +12,7 @@ import pytest
 
 from . import rig
 from .history import annotate_epochs, check, load
-from .net import Network, Unavailable, leftovers, unavailable
+from .net import Network, unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -21,19 +21,6 @@ if WHY:
     pytest.skip(WHY, allow_module_level=True)
 
 ACKED = '"outcome":"ok"'
-
-
-@pytest.fixture
-def net():
-    try:
-        network = Network().__enter__()
-    except Unavailable as exc:  # a container without the rights to make a bridge
-        pytest.skip(str(exc))
-    try:
-        yield network
-    finally:
-        network.close()
-    assert not leftovers(), "the network left namespaces or links behind"
 
 
 class Load:

@@ -9,7 +9,7 @@ import pytest
 
 from . import rig
 from .history import check, load
-from .net import Network, Unavailable, leftovers, unavailable
+from .net import unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -18,19 +18,6 @@ if WHY:
     pytest.skip(WHY, allow_module_level=True)
 
 ACKED = '"outcome":"ok"'
-
-
-@pytest.fixture
-def net():
-    try:
-        network = Network().__enter__()
-    except Unavailable as exc:  # a container without the rights to make a bridge
-        pytest.skip(str(exc))
-    try:
-        yield network
-    finally:
-        network.close()
-    assert not leftovers(), "the network left namespaces or links behind"
 
 
 def test_slave_cut_from_its_master_loses_nothing_and_catches_up(net, tmp_path):
