@@ -8,7 +8,6 @@ ConsumeQueues, the IndexFile, waking long polls) is built from these bytes by th
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,9 +15,7 @@ from collections.abc import Callable, Sequence
 from ..protocol import (
     IllegalTopicError,
     MessageFormatError,
-    MessageRecord,
     SysFlag,
-    encode_properties,
     validate_topic,
 )
 from ..protocol.message import (
@@ -34,9 +31,14 @@ from ..protocol.message import (
     split_batch,
     topic_field,
 )
+from . import records
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
 from .mapped_file import MappedFile, MappedFileQueue
+from .messages import BatchMessage, BatchResults, PutResult, PutStatus, StoreMessage
+
+__all__ = ["BatchMessage", "BatchResults", "CommitLog", "PutResult", "PutStatus",
+           "StoreMessage"]
 
 #: A file's tail needs room for at least the blank filler's size and magic.
 END_FILE_MIN_BLANK_LENGTH = 8
@@ -53,127 +55,13 @@ def _check_topic(topic: str) -> bytes:
     return topic.encode()
 
 
-class StoreMessage:
-    """A message on its way into the store: what a SEND request carries, before the store
-    assigns offsets and timestamps (RocketMQ's MessageExtBrokerInner).
-
-    ``properties`` is the encoded property string as UTF-8 bytes (``name\\x01value\\x02...``,
-    as a SEND request carries it); :meth:`create` builds one from a dict.
-    """
-
-    __slots__ = ("topic", "queue_id", "body", "flag", "properties", "sysflag", "born_timestamp",
-                 "born_host", "born_port", "reconsume_times", "prepared_transaction_offset")
-
-    def __init__(self, topic: str, body: bytes, queue_id: int = 0, *,
-                 properties: bytes | str = b"",
-                 flag: int = 0, sysflag: int = 0, born_timestamp: int = 0,
-                 born_host: bytes = b"\x7f\x00\x00\x01", born_port: int = 0,
-                 reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.body = body
-        self.flag = flag
-        self.properties = properties.encode() if isinstance(properties, str) else properties
-        self.sysflag = sysflag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.born_port = born_port
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
-
-    @classmethod
-    def create(cls, topic: str, body: bytes, queue_id: int = 0, *, tags: str | None = None,
-               keys: Sequence[str] | str | None = None,
-               properties: dict[str, str] | None = None, born_host: str = "127.0.0.1",
-               born_port: int = 0, **kwargs: int) -> StoreMessage:
-        """Build a message from friendly arguments (tags, keys, a property dict)."""
-        props = dict(properties or {})
-        if tags:
-            props["TAGS"] = tags
-        if keys:
-            props["KEYS"] = keys if isinstance(keys, str) else " ".join(keys)
-        kwargs.setdefault("born_timestamp", int(time.time() * 1000))
-        return cls(topic, body, queue_id, properties=encode_properties(props).encode(),
-                   born_host=host_to_bytes(born_host), born_port=born_port, **kwargs)
-
-    @classmethod
-    def from_record(cls, record: MessageRecord, topic: str, queue_id: int, properties: str,
-                    **overrides: int) -> StoreMessage:
-        """A stored record written again elsewhere (delivery of a delayed or committed
-        message, a consumer's retry): body, flags and birth kept, destination replaced."""
-        fields = dict(flag=record.flag, sysflag=record.sysflag,
-                      born_timestamp=record.born_timestamp,
-                      born_host=host_to_bytes(record.born_host[0]),
-                      born_port=record.born_host[1], reconsume_times=record.reconsume_times,
-                      prepared_transaction_offset=record.prepared_transaction_offset)
-        fields.update(overrides)
-        return cls(topic, record.body, queue_id, properties=properties, **fields)
-
-
-class BatchMessage:
-    """A batch on its way into the store (RocketMQ's MessageExtBatch): the elements stay in
-    the request's body and are encoded straight into consecutive records of one queue, with
-    ``suffix`` (encoded properties, such as the cluster name) added to each element's.
-
-    The body is ``[TOTALSIZE][MAGIC][BODYCRC][FLAG][BODYLEN][body][PROPLEN i16][properties]``
-    per element (see ``protocol.message.split_batch``). ``properties`` are the batch's own
-    (encoded): not stored, but its ``WAIT`` says whether a SYNC_FLUSH send waits for the
-    flush, as a single message's does.
-    """
-
-    __slots__ = ("topic", "queue_id", "body", "suffix", "sysflag", "born_timestamp",
-                 "born_host", "born_port", "reconsume_times", "properties")
-
-    def __init__(self, topic: str, body: bytes, queue_id: int = 0, *, suffix: bytes = b"",
-                 properties: bytes = b"", sysflag: int = 0, born_timestamp: int = 0,
-                 born_host: bytes = b"\x7f\x00\x00\x01", born_port: int = 0,
-                 reconsume_times: int = 0) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.body = body
-        self.suffix = suffix
-        self.sysflag = sysflag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.born_port = born_port
-        self.reconsume_times = reconsume_times
-        self.properties = properties
-
-
-class PutStatus(enum.Enum):
-    """Outcome of an append (RocketMQ's PutMessageStatus, for the cases that are not errors)."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    #: SYNC_MASTER: no slave connected and caught up; stored on the master only.
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    #: SYNC_MASTER: no slave acknowledged it in time; stored on the master.
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-
-
-class PutResult:
-    """Where a message was stored, and whether it is known to be durable."""
-
-    __slots__ = ("status", "commitlog_offset", "size", "queue_offset", "store_timestamp",
-                 "_id_prefix")
-
-    def __init__(self, status: PutStatus, commitlog_offset: int, size: int, queue_offset: int,
-                 store_timestamp: int, id_prefix: str) -> None:
-        self.status = status
-        self.commitlog_offset = commitlog_offset
-        self.size = size
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self._id_prefix = id_prefix
-
-    @property
-    def msg_id(self) -> str:
-        """The offset message id: store host, port and CommitLog offset in hex."""
-        return f"{self._id_prefix}{self.commitlog_offset:016X}"
-
-    def __repr__(self) -> str:
-        return (f"PutResult({self.status.name}, commitlog_offset={self.commitlog_offset}, "
-                f"size={self.size}, queue_offset={self.queue_offset}, msg_id={self.msg_id})")
+#: What ``records.impl.batch_check`` reports, as the errors a store raises.
+_BATCH_ERRORS = {
+    1: "truncated batch element at {at}",
+    2: "bad body length in batch element at {at}",
+    3: "bad properties length in batch element at {at}",
+    4: "batch element size {value} does not add up at {at}",
+}
 
 
 class CommitLog:
@@ -204,6 +92,8 @@ class CommitLog:
         #: ``make_room`` last said). Missing or low only costs a ``make_room`` call; cleared
         #: whenever ConsumeQueue files go (truncation, deleted topics).
         self.queue_room: dict[tuple[str, int], int] = {}
+        #: The compiled encoder's output, reused under the lock (None: pure Python).
+        self._scratch: bytearray | None = bytearray(1 << 20) if records.COMPILED else None
 
     # ------------------------------------------------------------------ reading helpers
     @property
@@ -388,9 +278,11 @@ class CommitLog:
         f = self.files.last_for_write()
         return f, f.from_offset + f.wrote_position, f.free_space
 
-    def append_batch(self, batch: BatchMessage) -> list[PutResult]:
+    def append_batch(self, batch: BatchMessage) -> Sequence[PutResult]:
         """Append a batch's elements as consecutive records of its queue; like :meth:`append`,
         nothing is written if an element is bad (MessageIllegalError, with its position)."""
+        if self._scratch is not None:
+            return self._append_batch_compiled(batch)
         try:
             elements = split_batch(batch.body)
         except MessageFormatError as exc:
@@ -466,6 +358,75 @@ class CommitLog:
             self.queue_offsets[key] = queue_offset
         if parts:
             f.append(b"".join(parts))
+        for cb in self.on_append:
+            cb(base)
+        return results
+
+    # ------------------------------------------------------------------ compiled batches
+    def _append_batch_compiled(self, batch: BatchMessage) -> BatchResults:
+        """:meth:`append_batch` through the compiled encoder: one call checks the batch,
+        one call per file writes its records (the interpreter lock released meanwhile)."""
+        impl = records.impl
+        topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
+        body, suffix = batch.body, batch.suffix
+        n, error, at, value = impl.batch_check(
+            body, len(suffix), RECORD_FIXED_SIZE + len(topic_part), self._max_body,
+            MAX_PROPERTIES_SIZE, self._max_record)
+        if error in _BATCH_ERRORS:
+            raise MessageIllegalError(
+                "bad batch: " + _BATCH_ERRORS[error].format(at=at, value=value))
+        if not n:
+            raise MessageIllegalError("empty batch")
+        if batch.queue_id < 0:
+            raise MessageIllegalError(f"queue id {batch.queue_id} is negative")
+        if error == 5:
+            raise MessageTooLargeError(
+                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
+        if error == 6:
+            raise PropertiesTooLargeError(
+                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
+        if error:
+            raise MessageTooLargeError("the record does not fit in a CommitLog file")
+        # At most this many bytes of records: the body and, per element, a record's fixed
+        # part, the topic, the suffix and a separator.
+        need = len(body) + n * (RECORD_FIXED_SIZE + len(topic_part) + len(suffix) + 1)
+        with self.lock:
+            return self._append_batch_encoded(batch, n, topic_part, need)
+
+    def _append_batch_encoded(self, batch: BatchMessage, n: int, topic_part: bytes,
+                              need: int) -> BatchResults:
+        tran = batch.sysflag & SysFlag.TRANSACTION_MASK
+        counted = tran != SysFlag.TRANSACTION_PREPARED and tran != SysFlag.TRANSACTION_ROLLBACK
+        key = (batch.topic, batch.queue_id)
+        if counted and self.make_room is not None:
+            self._ensure_room(key, n)
+        queue_offset = self.queue_offsets.get(key, 0) if counted else 0
+        now = int(time.time() * 1000)
+        results = BatchResults(n, now, queue_offset, counted, self.msg_id_prefix)
+        scratch = self._scratch
+        assert scratch is not None
+        if len(scratch) < need:
+            scratch = self._scratch = bytearray(need)
+        encode = records.impl.batch_encode
+        f, base, free = self._tail()
+        pos = k = 0
+        while True:
+            w, pos, done, base, queue_offset = encode(
+                scratch, 0, batch.body, pos, k, n, topic_part, batch.suffix, free, base,
+                batch.queue_id, queue_offset, counted, batch.sysflag, batch.born_timestamp,
+                batch.born_host, batch.born_port, now, self.store_host, self.store_port,
+                batch.reconsume_times, results.offsets, results.sizes)
+            if w:
+                f.append(memoryview(scratch)[:w])
+                free -= w
+            if done >= n:
+                break
+            if done == k and w == 0 and f.wrote_position == 0:
+                raise MessageTooLargeError("the record does not fit in a CommitLog file")
+            f, base, free = self._seal(f, free, [])
+            k = done
+        if counted:
+            self.queue_offsets[key] = queue_offset
         for cb in self.on_append:
             cb(base)
         return results

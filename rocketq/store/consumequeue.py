@@ -62,10 +62,17 @@ class ConsumeQueue:
 
     def put_run(self, first_offset: int, flat: list[int]) -> bool:
         """Write consecutive units from ``first_offset``; ``flat`` holds (commitlog offset,
-        size, tag code) triples back to back. Idempotent: units already present are kept, so
-        recovery can re-dispatch a stretch of the CommitLog safely. Returns True if anything
-        was written."""
+        size, tag code) triples back to back. See :meth:`put_units`."""
         count = len(flat) // 3
+        return self.put_units(first_offset, count, _units(count).pack(*flat),
+                              flat[-3] + flat[-2])
+
+    def put_units(self, first_offset: int, count: int, data: bytes | bytearray | memoryview,
+                  end_phys: int) -> bool:
+        """Write ``count`` consecutive encoded units (``data``) from ``first_offset``;
+        ``end_phys`` is one past the CommitLog end of the last one's record. Idempotent:
+        units already present are kept, so recovery can re-dispatch a stretch of the
+        CommitLog safely. Returns True if anything was written."""
         pos = first_offset * UNIT_SIZE
         files = self.files
         last = files.last
@@ -78,7 +85,7 @@ class ConsumeQueue:
                 skip = (end - pos) // UNIT_SIZE
                 if skip >= count:
                     return False  # already dispatched
-                flat = flat[skip * 3:]
+                data = memoryview(data)[skip * UNIT_SIZE:]
                 count -= skip
                 pos = end
         # A position past the end leaves a hole of zero units (a queue started mid-way).
@@ -87,11 +94,10 @@ class ConsumeQueue:
             f = self._file_for(pos)
             rel = pos - f.from_offset
             n = min(count - done, (self.file_size - rel) // UNIT_SIZE)
-            _units(n).pack_into(f.view, rel, *flat[done * 3:(done + n) * 3])
+            f.view[rel:rel + n * UNIT_SIZE] = data[done * UNIT_SIZE:(done + n) * UNIT_SIZE]
             f.wrote_position = rel + n * UNIT_SIZE
             pos += n * UNIT_SIZE
             done += n
-        end_phys = flat[-3] + flat[-2]
         if end_phys > self.max_physic_offset:
             self.max_physic_offset = end_phys
         return True

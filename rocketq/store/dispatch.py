@@ -13,7 +13,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from ..protocol import (
     SCHEDULE_TOPIC,
@@ -34,6 +34,7 @@ from ..protocol.message import (
     property_value,
     record_struct,
 )
+from . import records
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .errors import is_disk_full
@@ -88,6 +89,11 @@ class Dispatcher:
         self.indexed_to = -1
         #: Per topic (as stored): its name, its index key prefix and its kind.
         self._topics: dict[bytes, tuple[str, bytes, int]] = {}
+        #: Per topic (as stored): its name (the compiled scan's runs).
+        self.topic_names: dict[bytes, str] = {}
+        #: The compiled scan when installed (None: this class's own loop does every record).
+        self.compiled = (records.CompiledDispatch(records.impl) if records.COMPILED
+                         else None)
         self._tag_codes: dict[bytes, int] = {}
         #: Told when index entries could not be written for want of room (they are skipped:
         #: the messages stay consumable, only a query by key misses them).
@@ -121,7 +127,17 @@ class Dispatcher:
         ``validate``: then body CRCs are checked too and dispatch stops at the first record
         that is not sound, leaving its offset in ``bad_record_at`` (recovery after a crash
         finds the torn tail and rebuilds the queues in one pass).
+
+        The compiled scan (``records``) does the work when installed; this class's loop,
+        :meth:`run_python`, is the reference and takes the records the scan leaves to it.
         """
+        if self.compiled is not None:
+            return self.compiled.run(self, end, index_from, limit, validate)
+        return self.run_python(end, index_from, limit, validate=validate)
+
+    def run_python(self, end: int, index_from: int = -1, limit: int = 8192, *,
+                   validate: bool = False) -> tuple[int, dict[tuple[str, int], int]]:
+        """:meth:`run` in Python, one record at a time."""
         commitlog = self.commitlog
         index_from = max(index_from, self.indexed_to)
         file_size = commitlog.config.mappedFileSizeCommitLog
@@ -243,32 +259,46 @@ class Dispatcher:
             if self._write_run(key, run):
                 grown[key] = run[1]
         if index_keys:
-            try:
-                index.put_many(index_keys, index_offsets, index_times)
-            except OSError as exc:
-                if not is_disk_full(exc):
-                    raise
-                # As RocketMQ's IndexService does when it gets no index file: the messages
-                # go on to consumers without these entries, and the store refuses puts.
-                self._index_errors.log(
-                    "no room for index entries: %d key(s) up to CommitLog offset %d are not "
-                    "indexed (a query by key will not find them): %s", len(index_keys),
-                    offset, exc)
-                if self.on_index_failure is not None:
-                    self.on_index_failure(exc)
+            self._indexing(offset, len(index_keys), index.put_many, index_keys,
+                           index_offsets, index_times)
         if index is not None and index.spare is None and index.files:
-            try:
-                index.make_spare()
-            except OSError as exc:
-                # The entries so far are written; the store refuses puts until a spare can be
-                # made, so what was acknowledged fits in the file being written.
-                self._index_errors.log("cannot make the next index file ahead: %s", exc)
-                if self.on_index_failure is not None and is_disk_full(exc):
-                    self.on_index_failure(exc)
+            self.make_index_spare()
         self.reput_offset = offset
         if error is not None:
             raise error
         return count, grown
+
+    def write_index(self, hashes: Sequence[int], offsets: Sequence[int],
+                    times: Sequence[int], n: int, offset: int, put: Callable) -> None:
+        """Write ``n`` index entries hashed already (the compiled scan's) with ``put``."""
+        assert self.index is not None
+        self._indexing(offset, n, self.index.put_hashed, hashes, offsets, times, n, put)
+
+    def _indexing(self, offset: int, n: int, write: Callable, *args: object) -> None:
+        try:
+            write(*args)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            # As RocketMQ's IndexService does when it gets no index file: the messages go on
+            # to consumers without these entries, and the store refuses puts.
+            self._index_errors.log(
+                "no room for index entries: %d key(s) up to CommitLog offset %d are not "
+                "indexed (a query by key will not find them): %s", n, offset, exc)
+            if self.on_index_failure is not None:
+                self.on_index_failure(exc)
+
+    def make_index_spare(self) -> None:
+        """Make the next index file ahead (see ``Index.make_spare``); a failure is told."""
+        assert self.index is not None
+        try:
+            self.index.make_spare()
+        except OSError as exc:
+            # The entries so far are written; the store refuses puts until a spare can be
+            # made, so what was acknowledged fits in the file being written.
+            self._index_errors.log("cannot make the next index file ahead: %s", exc)
+            if self.on_index_failure is not None and is_disk_full(exc):
+                self.on_index_failure(exc)
 
     def _write_run(self, key: tuple[str, int], run: list) -> bool:
         cq = self.get_queue(*key)

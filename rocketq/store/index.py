@@ -13,6 +13,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -220,6 +221,25 @@ class IndexFile:
         self.end_timestamp = int(timestamps[-1])
         return n
 
+    def put_hashed(self, hashes: Sequence[int], offsets: Sequence[int], times: Sequence[int],
+                   start: int, n: int, put: Callable) -> int:
+        """Add entries ``start .. start + n`` of hashed keys with ``put`` (the compiled
+        ``index_put``), as :meth:`put` adds one; return how many fit."""
+        if self.index_count >= self.index_num or n <= 0:
+            return 0
+        if self.index_count <= 1:
+            self.begin_timestamp = times[start]
+            self.begin_phy_offset = offsets[start]
+        written, new_slots = put(self.file.view, self.slot_num, self.index_num,
+                                 self.index_count, self.begin_timestamp, hashes, offsets,
+                                 times, start, n)
+        if written:
+            self.hash_slot_count += new_slots
+            self.index_count += written
+            self.end_phy_offset = offsets[start + written - 1]
+            self.end_timestamp = times[start + written - 1]
+        return written
+
     def query(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets of entries with ``key_hash`` stored in ``[begin, end]`` (ms),
         newest first."""
@@ -339,6 +359,14 @@ class Index:
         while done < len(keys):
             f = self._writable()
             done += f.put_many(hashes[done:], offsets[done:], times[done:])
+
+    def put_hashed(self, hashes: Sequence[int], offsets: Sequence[int], times: Sequence[int],
+                   n: int, put: Callable) -> None:
+        """Index the first ``n`` entries of hashed keys in order, rolling to a new file
+        when one fills up (see :meth:`IndexFile.put_hashed`)."""
+        done = 0
+        while done < n:
+            done += self._writable().put_hashed(hashes, offsets, times, done, n - done, put)
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets for ``key`` of ``topic`` stored in ``[begin, end]`` ms."""

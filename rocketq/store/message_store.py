@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..protocol.message import property_value
 from .checkpoint import Checkpoint
-from .commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessage
+from .commitlog import BatchMessage, BatchResults, CommitLog, PutResult, PutStatus, StoreMessage
 from .config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
@@ -454,6 +454,9 @@ def physical_memory() -> int:
 def mark_status(results: list[PutResult], status: PutStatus) -> None:
     """Report appends whose SYNC_FLUSH or SYNC_MASTER wait failed; they are stored all the
     same."""
+    if isinstance(results, BatchResults):
+        results.status = status  # its results are made on demand, with this status
+        return
     for r in results:
         r.status = status
 

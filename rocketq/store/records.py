@@ -1,0 +1,129 @@
+"""Dispatch through the compiled record scan, when the compiled twin is installed.
+
+``_records`` is the pure-Python reference of the scan; ``_crecords`` is the same file compiled
+by Cython, whose loops release the interpreter lock. ``ROCKETQ_NO_EXTENSIONS=1`` forces the
+pure one, and then the dispatcher keeps its own Python loop (faster than the reference run by
+the interpreter). :data:`COMPILED` says which runs.
+
+:class:`CompiledDispatch` is the dispatcher's fast path: one :func:`_records.scan` per stretch
+of a CommitLog file fills flat buffers with ConsumeQueue units, runs and index entries; each
+run is copied into its ConsumeQueue with one slice assignment and the entries go to the index
+through :func:`_records.index_put`. The records the scan leaves to Python (delayed and timed
+topics, non-ASCII tags or keys, the filler that closes a file, a torn or bad record) are
+dispatched one at a time by the reference loop, so both paths share every rule.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from ..protocol import SCHEDULE_TOPIC, TIMER_TOPIC
+from . import _records
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher
+
+
+def _load() -> ModuleType:
+    if os.environ.get("ROCKETQ_NO_EXTENSIONS"):
+        return _records
+    try:
+        from . import _crecords  # type: ignore[attr-defined]
+    except ImportError:
+        return _records
+    return _crecords
+
+
+impl = _load()
+COMPILED: bool = impl is not _records
+
+_SCHEDULE = SCHEDULE_TOPIC.encode()
+_TIMER = TIMER_TOPIC.encode()
+_UNIT = _records.UNIT_SIZE
+_RUN = _records.RUN_FIELDS
+
+
+class CompiledDispatch:
+    """The scratch buffers of one dispatcher and the loop that drives the scan."""
+
+    def __init__(self, module: ModuleType, capacity: int = 8192) -> None:
+        self.module = module
+        self.capacity = capacity
+        self.units = bytearray(capacity * _UNIT)
+        self.runs = array("q", bytes(8 * _RUN * capacity))
+        keys = 4 * capacity
+        self.hashes = array("q", bytes(8 * keys))
+        self.offsets = array("q", bytes(8 * keys))
+        self.times = array("q", bytes(8 * keys))
+
+    def run(self, d: Dispatcher, end: int, index_from: int, limit: int,
+            validate: bool) -> tuple[int, dict[tuple[str, int], int]]:
+        """:meth:`Dispatcher.run`, the same contract and results."""
+        scan = self.module.scan
+        commitlog = d.commitlog
+        index = d.index
+        index_from = max(index_from, d.indexed_to)
+        d.bad_record_at = None
+        grown: dict[tuple[str, int], int] = {}
+        count = 0
+        offset = d.reput_offset
+        units = memoryview(self.units)
+        while offset < end and count < limit:
+            f = commitlog.files.find(offset)
+            if f is None:
+                break
+            base = f.from_offset
+            pos = offset - base
+            stop = min(f.wrote_position, end - base)
+            if pos >= stop:
+                break  # the file's end so far: nothing to read yet
+            room = min(limit - count, self.capacity)
+            new_pos, n, nruns, nkeys, status = scan(
+                f.view, pos, stop, base, validate, index is not None, index_from, _SCHEDULE,
+                _TIMER, units[:room * _UNIT], self.runs, self.hashes, self.offsets, self.times)
+            if nruns:
+                self._write_runs(d, f.view, nruns, grown)
+            if nkeys:
+                d.write_index(self.hashes, self.offsets, self.times, nkeys, base + new_pos,
+                              self.module.index_put)
+            count += n
+            offset = base + new_pos
+            if status == _records.DONE or status == _records.FULL or count >= limit:
+                continue
+            # A record the reference dispatcher takes, one at a time.
+            d.reput_offset = offset
+            done, more = d.run_python(end, index_from, 1, validate=validate)
+            for key, max_offset in more.items():
+                if max_offset > grown.get(key, -1):
+                    grown[key] = max_offset
+            count += done
+            if d.bad_record_at is not None or d.reput_offset == offset:
+                offset = d.reput_offset
+                break  # a bad record (recovery), or one not whole yet
+            offset = d.reput_offset
+        if index is not None and index.spare is None and index.files:
+            d.make_index_spare()
+        d.reput_offset = offset
+        return count, grown
+
+    def _write_runs(self, d: Dispatcher, view: memoryview, nruns: int,
+                    grown: dict[tuple[str, int], int]) -> None:
+        runs = self.runs
+        units = memoryview(self.units)
+        topics = d.topic_names
+        at = 0
+        for r in range(0, nruns * _RUN, _RUN):
+            topic_at, topic_len, queue_id, first, n, end_phys = runs[r:r + _RUN]
+            raw = bytes(view[topic_at:topic_at + topic_len])
+            topic = topics.get(raw)
+            if topic is None:
+                topic = topics[raw] = raw.decode()
+            cq = d.get_queue(topic, queue_id)
+            if cq.put_units(first, n, units[at:at + n * _UNIT], end_phys):
+                key = (topic, queue_id)
+                if first + n > grown.get(key, -1):
+                    grown[key] = first + n
+            at += n * _UNIT

@@ -1,0 +1,286 @@
+"""The store's compiled loops and their pure-Python reference agree, and the compiled path
+builds the same ConsumeQueue, index and CommitLog bytes as the store's Python path.
+
+``_records`` (pure) and ``_crecords`` (compiled) are fed the same records and batches,
+damaged ones included; then real stores are built both ways from the same messages."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from array import array
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rocketq.protocol.message import SysFlag, encode_batch, java_hash
+from rocketq.protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
+from rocketq.store import _records as pure
+from rocketq.store import records
+from rocketq.store.commitlog import BatchMessage, CommitLog, StoreMessage
+from rocketq.store.consumequeue import ConsumeQueue
+from rocketq.store.dispatch import Dispatcher
+from rocketq.store.errors import MessageIllegalError
+from rocketq.store.index import Index, IndexFile, index_key_hash
+
+from .conftest import small_config
+
+try:
+    from rocketq.store import _crecords as compiled
+except ImportError:  # built without a C compiler: only the reference is there
+    compiled = None
+
+needs_compiled = pytest.mark.skipif(compiled is None, reason="the compiled records are not built")
+examples = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_the_compiled_records_are_the_ones_in_use_unless_switched_off():
+    if os.environ.get("ROCKETQ_NO_EXTENSIONS"):
+        assert not records.COMPILED and records.impl is pure
+    else:
+        # The build compiles them wherever there is a C compiler, as on every test machine.
+        assert compiled is not None and records.COMPILED and records.impl is compiled
+
+
+words = st.one_of(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E,
+                                        blacklist_characters=" "), min_size=1, max_size=8),
+                  st.sampled_from(["键", "clé", "k\u00e9y"]))
+messages = st.lists(st.fixed_dictionaries({
+    "topic": st.sampled_from(["TopicA", "TopicB", SCHEDULE_TOPIC, TIMER_TOPIC]),
+    "queue_id": st.integers(0, 2),
+    "body": st.binary(max_size=300),
+    "tags": st.one_of(st.none(), st.sampled_from(["", "tagA", "*", "标签", "a||b"])),
+    "keys": st.one_of(st.none(), st.lists(words, max_size=4).map(" ".join),
+                      st.just("  a  b ")),
+    "uniq": st.one_of(st.none(), st.text("0123456789ABCDEF", max_size=32),
+                      st.just("ü-1")),
+    "sysflag": st.sampled_from([0, 0, 0, SysFlag.TRANSACTION_PREPARED,
+                                SysFlag.TRANSACTION_COMMIT, SysFlag.TRANSACTION_ROLLBACK]),
+    "delay": st.sampled_from(["1", "3", "x", ""]),
+}), min_size=1, max_size=40)
+
+
+def store_message(m: dict) -> StoreMessage:
+    props = {}
+    if m["uniq"] is not None:
+        props["UNIQ_KEY"] = m["uniq"]
+    if m["topic"] == SCHEDULE_TOPIC:
+        props["DELAY"] = m["delay"]
+    if m["topic"] == TIMER_TOPIC:
+        props["TIMER_OUT_MS"] = "12345" if m["delay"] == "1" else m["delay"]
+    props["X"] = "TAGS\x01inside"  # a name inside another value is not that property
+    return StoreMessage.create(m["topic"], m["body"], m["queue_id"], tags=m["tags"],
+                               keys=m["keys"] or None, properties=props,
+                               sysflag=m["sysflag"], born_timestamp=1_700_000_000_000)
+
+
+def outputs(capacity: int):
+    return (bytearray(capacity * pure.UNIT_SIZE),
+            array("q", bytes(8 * pure.RUN_FIELDS * capacity)),
+            *(array("q", bytes(8 * capacity)) for _ in range(3)))
+
+
+def scan_both(log: bytes, pos: int, stop: int, validate: bool, capacity: int):
+    results = []
+    for module in (pure, compiled):
+        out = outputs(capacity)
+        result = module.scan(log, pos, stop, 1 << 20, validate, True, -1,
+                             SCHEDULE_TOPIC.encode(), TIMER_TOPIC.encode(), *out)
+        results.append((result, bytes(out[0]), *(a.tolist() for a in out[1:])))
+    assert results[0] == results[1]
+    return results[0]
+
+
+@needs_compiled
+@examples
+@given(messages, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)),
+                          max_size=3),
+       st.booleans(), st.integers(1, 12))
+def test_scan_twins_agree_on_records_damaged_or_not(batch, cuts, validate, capacity):
+    with tempfile.TemporaryDirectory() as root:
+        log = CommitLog(small_config(root, mappedFileSizeCommitLog=1 << 20))
+        log.append([store_message(m) for m in batch])
+        f = log.files.last
+        data = bytearray(f.mm[:f.wrote_position])
+        log.files.close()
+    for at, value in cuts:
+        data[at % len(data)] = value
+    pos = 0
+    for _ in range(len(batch) + 1):  # call again from where each call stopped, as dispatch does
+        (pos_after, count, _runs, _keys, status), *_ = scan_both(bytes(data), pos, len(data),
+                                                                 validate, capacity)
+        if status != pure.FULL:
+            break
+        assert count > 0 and pos_after > pos
+        pos = pos_after
+
+
+@needs_compiled
+def test_scan_hashes_and_tag_codes_are_javas():
+    with tempfile.TemporaryDirectory() as root:
+        log = CommitLog(small_config(root, mappedFileSizeCommitLog=1 << 20))
+        log.append([StoreMessage.create("T1", b"x", 3, tags="tagA", keys=["k1", "k2"],
+                                        properties={"UNIQ_KEY": "U1"})])
+        f = log.files.last
+        data = bytes(f.mm[:f.wrote_position])
+        log.files.close()
+    (_, count, nruns, nkeys, status), units, runs, hashes, offsets, _times = scan_both(
+        data, 0, len(data), False, 4)
+    assert (count, nruns, nkeys, status) == (1, 1, 3, pure.DONE)
+    assert runs[:6] == [data.index(b"T1"), 2, 3, 0, 1, (1 << 20) + len(data)]
+    assert hashes[:3] == [index_key_hash("T1#U1"), index_key_hash("T1#k1"),
+                          index_key_hash("T1#k2")]
+    assert int.from_bytes(units[12:20], "big", signed=True) == java_hash("tagA")
+    assert offsets[:3] == [1 << 20] * 3
+
+
+# ------------------------------------------------------------------ whole stores
+
+
+class Side:
+    """ConsumeQueues and an index under ``root`` fed by a Dispatcher over ``log``."""
+
+    def __init__(self, root: str, log: CommitLog, compiled_path: bool) -> None:
+        config = small_config(root)
+        self.config = config
+        self.index = Index(config.store_path_index, config.maxHashSlotNum, config.maxIndexNum)
+        self.index.load()
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.dispatcher = Dispatcher(log, self.index, self.get_queue, [1000, 5000, 10000])
+        if not compiled_path:
+            self.dispatcher.compiled = None
+
+    def get_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            cq = self.queues[(topic, queue_id)] = ConsumeQueue(
+                self.config.store_path_consume_queue, topic, queue_id,
+                self.config.mappedFileSizeConsumeQueue)
+        return cq
+
+    def state(self):
+        queues = {key: b"".join(bytes(f.mm[:f.wrote_position]) for f in cq.files.files)
+                  for key, cq in self.queues.items()}
+        index = []
+        for f in self.index.files:
+            f._write_header()
+            index.append(bytes(f.file.mm))
+        return queues, index
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        self.index.close()
+
+
+@needs_compiled
+@examples
+@given(st.lists(messages, min_size=1, max_size=4), st.integers(1, 50), st.booleans())
+def test_compiled_dispatch_builds_what_the_python_dispatcher_builds(appends, limit, validate):
+    with tempfile.TemporaryDirectory() as root:
+        log = CommitLog(small_config(os.path.join(root, "log")))
+        for batch in appends:  # 64 KiB files: records cross files, with fillers between
+            log.append([store_message(m) for m in batch])
+        sides = [Side(os.path.join(root, name), log, name == "compiled")
+                 for name in ("compiled", "python")]
+        results = []
+        for side in sides:
+            counts, grown = [], {}
+            for _ in range(1000):
+                count, more = side.dispatcher.run(log.max_offset, limit=limit,
+                                                  validate=validate)
+                counts.append(count)
+                grown.update(more)
+                if side.dispatcher.reput_offset >= log.max_offset or not count:
+                    break
+            results.append((counts, grown, side.dispatcher.reput_offset,
+                            side.dispatcher.bad_record_at, side.state()))
+        for side in sides:
+            side.close()
+        log.files.close()
+    assert results[0] == results[1]
+    assert results[0][2] == log.max_offset
+
+
+@needs_compiled
+def test_index_put_twins_write_what_index_file_put_writes(tmp_path):
+    entries = [(index_key_hash(f"T#k{i % 37}"), 1000 + 50 * i, 1_700_000_000_000 + 700 * i)
+               for i in range(300)]
+    hashes, offsets, times = (array("q", column) for column in zip(*entries, strict=True))
+    files = [IndexFile(str(tmp_path / name), 64, 200, create=True) for name in "abc"]
+    for h, phys, ts in entries:
+        if not files[0].put(h, phys, ts):
+            break
+    for f, module in zip(files[1:], (pure, compiled), strict=True):
+        assert f.put_hashed(hashes, offsets, times, 0, 300, module.index_put) == 199
+    for f in files:
+        f._write_header()
+    assert bytes(files[0].file.mm) == bytes(files[1].file.mm) == bytes(files[2].file.mm)
+    assert files[1].query(entries[5][0], 10, 0, 1 << 62) == files[0].query(
+        entries[5][0], 10, 0, 1 << 62)
+    for f in files:
+        f.close()
+
+
+# ------------------------------------------------------------------ batches
+
+elements = st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=200),
+                              st.sampled_from([b"", b"TAGS\x01a\x02", b"KEYS\x01k1 k2",
+                                               b"UNIQ_KEY\x01U\x02WAIT\x01true\x02"])),
+                    min_size=1, max_size=30)
+
+
+def append_both(root: str, batch_args: dict, monkeypatch) -> list:
+    """The batch through the compiled and the Python path: results or errors, and bytes."""
+    import rocketq.store.commitlog as commitlog_module
+
+    monkeypatch.setattr(commitlog_module.time, "time", lambda: 1_700_000_000.5)
+    out = []
+    for name in ("compiled", "python"):
+        log = CommitLog(small_config(os.path.join(root, name), mappedFileSizeCommitLog=8192,
+                                     maxMessageSize=4096))
+        if name == "python":
+            log._scratch = None
+        log.append([StoreMessage("TopicA", b"first", 1)])
+        try:
+            results = log.append_batch(BatchMessage(**batch_args))
+            outcome = ("ok", [(r.status, r.commitlog_offset, r.size, r.queue_offset,
+                               r.store_timestamp, r.msg_id) for r in results])
+        except MessageIllegalError as exc:
+            outcome = ("error", type(exc), str(exc))
+        out.append((outcome, [bytes(f.mm[:f.wrote_position]) for f in log.files.files],
+                    dict(log.queue_offsets)))
+        log.files.close()
+    return out
+
+
+@needs_compiled
+@examples
+@given(elements, st.sampled_from([b"", b"CLUSTER\x01DefaultCluster\x02"]),
+       st.sampled_from([0, SysFlag.TRANSACTION_PREPARED]),
+       st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), max_size=2))
+def test_compiled_batches_store_what_the_python_path_stores(parts, suffix, sysflag, cuts):
+    body = bytearray(encode_batch(parts))
+    for at, value in cuts:
+        body[at % len(body)] = value
+    with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as root:
+        both = append_both(root, dict(topic="TopicA", body=bytes(body), queue_id=1,
+                                      suffix=suffix, sysflag=sysflag,
+                                      born_timestamp=1_700_000_000_000, born_port=4242,
+                                      reconsume_times=2), mp)
+    assert both[0] == both[1]
+
+
+@needs_compiled
+def test_compiled_batches_refuse_what_the_python_path_refuses(tmp_path, monkeypatch):
+    big = encode_batch([(0, b"x" * 5000, b"")])
+    many_props = encode_batch([(0, b"x", b"P\x01" + b"v" * 32760)])
+    for body, error in ((b"", "empty batch"), (big, "maxMessageSize"),
+                        (many_props, "the limit is"), (b"\x00" * 21, "truncated")):
+        both = append_both(str(tmp_path / str(len(body))),
+                           dict(topic="TopicA", body=body, queue_id=0,
+                                suffix=b"CLUSTER\x01c\x02"), monkeypatch)
+        assert both[0] == both[1]
+        assert both[0][0][0] == "error" and error in both[0][0][2]
