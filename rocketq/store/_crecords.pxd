@@ -105,3 +105,28 @@ cpdef tuple batch_encode(unsigned char[::1] dst, Py_ssize_t w, const unsigned ch
 @cython.locals(i=cython.Py_ssize_t)
 cdef void _copy(unsigned char[::1] dst, Py_ssize_t at, const unsigned char[::1] src,
                 Py_ssize_t src_at, Py_ssize_t n) noexcept nogil
+
+@cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, body_len=cython.Py_ssize_t,
+               props_len=cython.Py_ssize_t, queue_id=cython.longlong, tran=cython.longlong)
+cpdef tuple messages_check(list msgs, Py_ssize_t start, dict topic_parts, Py_ssize_t fixed,
+                           Py_ssize_t max_body, Py_ssize_t max_props, Py_ssize_t max_record,
+                           dict counts)
+
+@cython.locals(n=cython.Py_ssize_t, size=cython.Py_ssize_t, sysflag=cython.longlong,
+               tran=cython.longlong, queue_offset=cython.longlong, part=bytes)
+cpdef tuple messages_encode(unsigned char[::1] dst, Py_ssize_t w, list msgs, Py_ssize_t k,
+                            dict topic_parts, Py_ssize_t free, long long phys,
+                            dict queue_offsets, long long store_ts,
+                            const unsigned char[::1] store_host, long long store_port,
+                            long long[::1] offsets, int[::1] sizes,
+                            long long[::1] queue_numbers)
+
+@cython.locals(body_len=cython.Py_ssize_t, topic_len=cython.Py_ssize_t,
+               props_len=cython.Py_ssize_t, at=cython.Py_ssize_t)
+cdef void _record(unsigned char[::1] dst, Py_ssize_t w, Py_ssize_t size, long long queue_id,
+                  long long flag, long long queue_offset, long long phys, long long sysflag,
+                  long long born_ts, const unsigned char[::1] born_host, long long born_port,
+                  long long store_ts, const unsigned char[::1] store_host,
+                  long long store_port, long long reconsume, long long prepared,
+                  const unsigned char[::1] body, const unsigned char[::1] topic,
+                  const unsigned char[::1] props) noexcept nogil

@@ -538,3 +538,122 @@ def _copy(dst, at, src, src_at, n):
     while i < n:
         dst[at + i] = src[src_at + i]
         i += 1
+
+
+# ------------------------------------------------------------------------------ messages
+
+
+def messages_check(msgs, start, topic_parts, fixed, max_body, max_props, max_record,
+                   counts):
+    """Check messages ``start ..`` of ``msgs`` (StoreMessage-like objects) before any is
+    stored, in the order the store reports problems: body over ``max_body``, properties over
+    ``max_props``, a negative queue id, a topic not in ``topic_parts`` (its TOPICLEN and
+    TOPIC, once the caller has validated it), a record over ``max_record`` (``fixed`` is a
+    record's size without body, topic and properties). ``counts`` gets per (topic, queue
+    id) the number of messages that take a queue offset. Returns ``(error, index, value)``:
+    0 when all are sound, else 1 unknown topic, 5 body too large (``value``: its length), 6
+    properties too large (``value``: theirs), 7 record too large, 8 negative queue id."""
+    n = len(msgs)
+    i = start
+    while i < n:
+        m = msgs[i]
+        body_len = len(m.body)
+        props_len = len(m.properties)
+        if body_len > max_body:
+            return 5, i, body_len
+        if props_len > max_props:
+            return 6, i, props_len
+        queue_id = m.queue_id
+        if queue_id < 0:
+            return 8, i, queue_id
+        topic = m.topic
+        part = topic_parts.get(topic)
+        if part is None:
+            return 1, i, 0
+        if fixed + body_len + len(part) + props_len > max_record:
+            return 7, i, 0
+        tran = m.sysflag & _TRAN_MASK
+        if tran != _PREPARED and tran != _ROLLBACK:
+            key = (topic, queue_id)
+            counts[key] = counts.get(key, 0) + 1
+        i += 1
+    return 0, n, 0
+
+
+def messages_encode(dst, w, msgs, k, topic_parts, free, phys, queue_offsets, store_ts,
+                    store_host, store_port, offsets, sizes, queue_numbers):
+    """Encode messages ``k ..`` of ``msgs`` checked by :func:`messages_check` as v1 records
+    into ``dst`` from ``w`` while each fits, with the 8 bytes of a file's closing filler to
+    spare, in ``free``; the first lands at CommitLog offset ``phys``. Messages that take a
+    queue offset take the next of ``queue_offsets[(topic, queue id)]`` (half and rollback
+    records take 0). Message ``i`` lands at ``offsets[i]`` with size ``sizes[i]`` and queue
+    offset ``queue_numbers[i]``. Returns ``(w, k, phys)`` after the last one written."""
+    n = len(msgs)
+    if w < 0 or k < 0 or n > len(offsets) or n > len(sizes) or n > len(queue_numbers):
+        raise ValueError("messages_encode: arguments out of range")
+    while k < n:
+        m = msgs[k]
+        body = m.body
+        props = m.properties
+        topic = m.topic
+        part = topic_parts[topic]
+        size = _HEADER_SIZE + 2 + len(body) + len(part) + len(props)
+        if size + 8 > free or w + size > len(dst):
+            break
+        sysflag = m.sysflag
+        tran = sysflag & _TRAN_MASK
+        queue_id = m.queue_id
+        if tran == _PREPARED or tran == _ROLLBACK:
+            queue_offset = 0
+        else:
+            key = (topic, queue_id)
+            queue_offset = queue_offsets.get(key, 0)
+            queue_offsets[key] = queue_offset + 1
+        _record(dst, w, size, queue_id, m.flag, queue_offset, phys, sysflag, m.born_timestamp,
+                m.born_host, m.born_port, store_ts, store_host, store_port, m.reconsume_times,
+                m.prepared_transaction_offset, body, part, props)
+        offsets[k] = phys
+        sizes[k] = size
+        queue_numbers[k] = queue_offset
+        k += 1
+        w += size
+        phys += size
+        free -= size
+    return w, k, phys
+
+
+def _record(dst, w, size, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_host,
+            born_port, store_ts, store_host, store_port, reconsume, prepared, body, topic,
+            props):
+    """One v1 record at ``dst[w:]``, ``size`` long (the caller's to check). Hosts are IPv4:
+    their first 4 bytes, zero-padded, as ``struct``'s ``4s`` packs them."""
+    body_len = len(body)
+    topic_len = len(topic)
+    props_len = len(props)
+    _put32(dst, w, size)
+    _put32(dst, w + 4, _MAGIC_V1)
+    _put32(dst, w + 8, _crc32(body, 0, body_len, _CRC_TABLE) & 0x7FFFFFFF)
+    _put32(dst, w + 12, queue_id)
+    _put32(dst, w + 16, flag)
+    _put64(dst, w + 20, queue_offset)
+    _put64(dst, w + 28, phys)
+    _put32(dst, w + 36, sysflag)
+    _put64(dst, w + 40, born_ts)
+    _put32(dst, w + 48, 0)
+    _copy(dst, w + 48, born_host, 0, min(len(born_host), 4))
+    _put32(dst, w + 52, born_port)
+    _put64(dst, w + 56, store_ts)
+    _put32(dst, w + 64, 0)
+    _copy(dst, w + 64, store_host, 0, min(len(store_host), 4))
+    _put32(dst, w + 68, store_port)
+    _put32(dst, w + 72, reconsume)
+    _put64(dst, w + 76, prepared)
+    _put32(dst, w + 84, body_len)
+    at = w + _HEADER_SIZE
+    _copy(dst, at, body, 0, body_len)
+    at += body_len
+    _copy(dst, at, topic, 0, topic_len)
+    at += topic_len
+    dst[at] = (props_len >> 8) & 0xFF
+    dst[at + 1] = props_len & 0xFF
+    _copy(dst, at + 2, props, 0, props_len)

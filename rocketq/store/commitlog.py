@@ -166,12 +166,17 @@ class CommitLog:
             cb(end)
         return end
 
-    def append(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+    def append(self, messages: Sequence[StoreMessage]) -> Sequence[PutResult]:
         """Append records for ``messages`` in order and return where each landed.
 
         Raises MessageIllegalError subclasses before writing anything if any message is bad,
         and DiskFullError if a new file cannot be created (what was appended before stays).
         """
+        if self._scratch is not None:
+            return self._append_compiled(messages)
+        return self._append_python(messages)
+
+    def _append_python(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         max_body, max_record = self._max_body, self._max_record
         topic_parts = self._topic_parts
         #: Per message its topic field and record size, found once here.
@@ -427,6 +432,71 @@ class CommitLog:
             k = done
         if counted:
             self.queue_offsets[key] = queue_offset
+        for cb in self.on_append:
+            cb(base)
+        return results
+
+    # ------------------------------------------------------------------ compiled appends
+    def _append_compiled(self, messages: Sequence[StoreMessage]) -> Sequence[PutResult]:
+        """:meth:`append` through the compiled encoder: one call checks the messages, one
+        call per file (or per filled buffer) writes their records."""
+        impl = records.impl
+        msgs = messages if type(messages) is list else list(messages)
+        parts = self._topic_parts
+        counts: dict[tuple[str, int], int] = {}
+        start = 0
+        while True:
+            error, at, value = impl.messages_check(
+                msgs, start, parts, RECORD_FIXED_SIZE, self._max_body, MAX_PROPERTIES_SIZE,
+                self._max_record, counts)
+            if error != 1:
+                break
+            self._topic_part(msgs[at].topic)  # raises for an illegal topic
+            if msgs[at].topic not in parts:  # too many topics to keep them all
+                return self._append_python(msgs)
+            start = at
+        if error == 5:
+            raise MessageTooLargeError(
+                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
+        if error == 6:
+            raise PropertiesTooLargeError(
+                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
+        if error == 7:
+            raise MessageTooLargeError("the record does not fit in a CommitLog file")
+        if error == 8:
+            raise MessageIllegalError(f"queue id {value} is negative")
+        with self.lock:
+            return self._append_encoded(msgs, counts)
+
+    def _append_encoded(self, msgs: list[StoreMessage],
+                        counts: dict[tuple[str, int], int]) -> BatchResults:
+        if self.make_room is not None:
+            for key, count in counts.items():
+                self._ensure_room(key, count)
+        n = len(msgs)
+        now = int(time.time() * 1000)
+        results = BatchResults(n, now, 0, True, self.msg_id_prefix, each_queue=True)
+        encode = records.impl.messages_encode
+        scratch = self._scratch
+        assert scratch is not None
+        f, base, free = self._tail()
+        k = 0
+        while k < n:
+            w, done, base = encode(scratch, 0, msgs, k, self._topic_parts, free, base,
+                                   self.queue_offsets, now, self.store_host, self.store_port,
+                                   results.offsets, results.sizes, results.queue_numbers)
+            if w:
+                f.append(memoryview(scratch)[:w])
+                free -= w
+            elif done == k:  # the next record fits neither the file nor the buffer
+                m = msgs[k]
+                size = (RECORD_FIXED_SIZE + len(m.body) + len(self._topic_parts[m.topic])
+                        + len(m.properties))
+                if size + END_FILE_MIN_BLANK_LENGTH > free:
+                    f, base, free = self._seal(f, free, [])
+                else:
+                    scratch = self._scratch = bytearray(size)
+            k = done
         for cb in self.on_append:
             cb(base)
         return results

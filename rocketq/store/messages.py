@@ -138,21 +138,25 @@ class PutResult:
 
 
 class BatchResults(Sequence[PutResult]):
-    """Where each element of a batch was stored: a sequence of :class:`PutResult` made on
-    demand from two arrays the compiled encoder fills, so a batch of hundreds costs no
-    object per message until one is asked for. ``status`` applies to every element."""
+    """Where each element of a batch (or each message of an append) was stored: a sequence
+    of :class:`PutResult` made on demand from the arrays the compiled encoder fills, so a
+    batch of hundreds costs no object per message until one is asked for. ``status``
+    applies to every element."""
 
     __slots__ = ("status", "store_timestamp", "offsets", "sizes", "first_queue_offset",
-                 "counted", "_prefix", "_n")
+                 "counted", "queue_numbers", "_prefix", "_n")
 
     def __init__(self, n: int, store_timestamp: int, first_queue_offset: int, counted: bool,
-                 id_prefix: str) -> None:
+                 id_prefix: str, *, each_queue: bool = False) -> None:
         self.status = PutStatus.PUT_OK
         self.store_timestamp = store_timestamp
         self.offsets = array("q", bytes(8 * n))
         self.sizes = array("i", bytes(4 * n))
         self.first_queue_offset = first_queue_offset
         self.counted = counted
+        #: Messages of several queues (an append of single messages): each one's queue
+        #: offset; None for a batch, whose elements take consecutive ones.
+        self.queue_numbers = array("q", bytes(8 * n)) if each_queue else None
         self._prefix = id_prefix
         self._n = n
 
@@ -171,9 +175,17 @@ class BatchResults(Sequence[PutResult]):
             i += self._n
         if not 0 <= i < self._n:
             raise IndexError("batch result index out of range")
-        return PutResult(self.status, self.offsets[i], self.sizes[i],
-                         self.first_queue_offset + i if self.counted else 0,
+        numbers = self.queue_numbers
+        queue_offset = (numbers[i] if numbers is not None else
+                        self.first_queue_offset + i if self.counted else 0)
+        return PutResult(self.status, self.offsets[i], self.sizes[i], queue_offset,
                          self.store_timestamp, self._prefix)
+
+    def __add__(self, other: Sequence[PutResult]) -> list[PutResult]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[PutResult]) -> list[PutResult]:
+        return [*other, *self]
 
     @property
     def msg_ids(self) -> str:
@@ -184,3 +196,11 @@ class BatchResults(Sequence[PutResult]):
     @property
     def total_size(self) -> int:
         return sum(self.sizes)
+
+
+def batch_totals(results: Sequence[PutResult]) -> tuple[int, str]:
+    """The bytes stored for a batch and its elements' offset ids, comma-separated (what a
+    batch send answers), without making a result per element of :class:`BatchResults`."""
+    if isinstance(results, BatchResults):
+        return results.total_size, results.msg_ids
+    return sum([r.size for r in results]), ",".join([r.msg_id for r in results])

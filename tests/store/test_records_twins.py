@@ -284,3 +284,52 @@ def test_compiled_batches_refuse_what_the_python_path_refuses(tmp_path, monkeypa
                                 suffix=b"CLUSTER\x01c\x02"), monkeypatch)
         assert both[0] == both[1]
         assert both[0][0][0] == "error" and error in both[0][0][2]
+
+
+# ------------------------------------------------------------------ single messages
+
+
+def append_messages_both(root: str, batches: list[list[StoreMessage]], monkeypatch) -> list:
+    """The messages through the compiled and the Python path: results or errors, and bytes."""
+    import rocketq.store.commitlog as commitlog_module
+
+    monkeypatch.setattr(commitlog_module.time, "time", lambda: 1_700_000_000.5)
+    out = []
+    for name in ("compiled", "python"):
+        log = CommitLog(small_config(os.path.join(root, name), mappedFileSizeCommitLog=8192,
+                                     maxMessageSize=2048))
+        if name == "python":
+            log._scratch = None
+        outcomes = []
+        for batch in batches:
+            try:
+                outcomes.append([(r.status, r.commitlog_offset, r.size, r.queue_offset,
+                                  r.store_timestamp, r.msg_id) for r in log.append(batch)])
+            except MessageIllegalError as exc:
+                outcomes.append(("error", type(exc), str(exc)))
+        out.append((outcomes, [bytes(f.mm[:f.wrote_position]) for f in log.files.files],
+                    dict(log.queue_offsets)))
+        log.files.close()
+    return out
+
+
+@needs_compiled
+@examples
+@given(st.lists(messages, min_size=1, max_size=5),
+       st.sampled_from([None, "big-body", "big-props", "bad-queue", "bad-topic"]))
+def test_compiled_appends_store_what_the_python_path_stores(batches, damage):
+    appends = [[store_message(m) for m in batch] for batch in batches]
+    victim = appends[-1][-1]
+    if damage == "big-body":
+        victim.body = b"b" * 2049
+    elif damage == "big-props":
+        victim.properties = b"P\x01" + b"v" * 32770
+    elif damage == "bad-queue":
+        victim.queue_id = -1
+    elif damage == "bad-topic":
+        victim.topic = "no spaces allowed"
+    with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as root:
+        both = append_messages_both(root, appends, mp)
+    assert both[0] == both[1]
+    if damage:
+        assert both[0][0][-1][0] == "error"
