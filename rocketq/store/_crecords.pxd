@@ -4,7 +4,7 @@
 import cython
 
 cdef long long _MAGIC_V1, _MAGIC_V2, _TRAN_MASK, _PREPARED, _ROLLBACK, _V6_HOSTS, _MAX_INT
-cdef Py_ssize_t _HEADER_SIZE, _OVERHEAD, _UNIT, _RUN, _INDEX_HEADER
+cdef Py_ssize_t _HEADER_SIZE, _OVERHEAD, _UNIT, _RUN, _INDEX_HEADER, _SLOTS
 cdef int _DONE, _FULL, _NEEDS_PYTHON, _NOT_A_RECORD
 cdef long long _MASK32, _MIN32, _WRAP32
 cdef const unsigned int[::1] _CRC_TABLE
@@ -55,9 +55,11 @@ cdef long long _key_hash(unsigned long long h) noexcept nogil
                run_cap=cython.Py_ssize_t, key_cap=cython.Py_ssize_t,
                sched_len=cython.Py_ssize_t, timer_len=cython.Py_ssize_t,
                count=cython.Py_ssize_t, nunits=cython.Py_ssize_t, nruns=cython.Py_ssize_t, nkeys=cython.Py_ssize_t,
-               status=cython.int, run_topic_at=cython.Py_ssize_t,
-               run_topic_len=cython.Py_ssize_t, run_queue=cython.longlong,
-               run_next=cython.longlong, total=cython.longlong, magic=cython.longlong,
+               status=cython.int, unit_slot=cython.Py_ssize_t, unit_qo=cython.Py_ssize_t,
+               unit_end=cython.Py_ssize_t, sorted_qo=cython.Py_ssize_t,
+               sorted_end=cython.Py_ssize_t, slot_at=cython.Py_ssize_t,
+               nslots=cython.Py_ssize_t, last_slot=cython.Py_ssize_t, slot=cython.Py_ssize_t,
+               n=cython.Py_ssize_t, q=cython.Py_ssize_t, total=cython.longlong, magic=cython.longlong,
                sysflag=cython.longlong, body_len=cython.longlong,
                record_end=cython.Py_ssize_t, p=cython.Py_ssize_t, topic_len=cython.Py_ssize_t,
                topic_at=cython.Py_ssize_t, props_at=cython.Py_ssize_t, phys=cython.longlong,
@@ -71,7 +73,10 @@ cpdef tuple scan(const unsigned char[::1] log, Py_ssize_t pos, Py_ssize_t stop, 
                  bint validate, bint index, long long index_from,
                  const unsigned char[::1] schedule_topic, const unsigned char[::1] timer_topic,
                  unsigned char[::1] units, long long[::1] runs, long long[::1] hashes,
-                 long long[::1] offsets, long long[::1] times)
+                 long long[::1] offsets, long long[::1] times, unsigned char[::1] tmp,
+                 long long[::1] work)
+
+cpdef Py_ssize_t work_size(Py_ssize_t units)
 
 @cython.locals(written=cython.Py_ssize_t, new_slots=cython.Py_ssize_t,
                entries_at=cython.Py_ssize_t, h=cython.longlong, slot_at=cython.Py_ssize_t,
@@ -117,16 +122,24 @@ cpdef tuple messages_check(list msgs, Py_ssize_t start, dict topic_parts, Py_ssi
 cpdef tuple messages_encode(unsigned char[::1] dst, Py_ssize_t w, list msgs, Py_ssize_t k,
                             dict topic_parts, Py_ssize_t free, long long phys,
                             dict queue_offsets, long long store_ts,
-                            const unsigned char[::1] store_host, long long store_port,
+                            bytes store_host, long long store_port,
                             long long[::1] offsets, int[::1] sizes,
                             long long[::1] queue_numbers)
 
-@cython.locals(body_len=cython.Py_ssize_t, topic_len=cython.Py_ssize_t,
-               props_len=cython.Py_ssize_t, at=cython.Py_ssize_t)
+@cython.locals(at=cython.Py_ssize_t)
 cdef void _record(unsigned char[::1] dst, Py_ssize_t w, Py_ssize_t size, long long queue_id,
                   long long flag, long long queue_offset, long long phys, long long sysflag,
-                  long long born_ts, const unsigned char[::1] born_host, long long born_port,
-                  long long store_ts, const unsigned char[::1] store_host,
-                  long long store_port, long long reconsume, long long prepared,
-                  const unsigned char[::1] body, const unsigned char[::1] topic,
-                  const unsigned char[::1] props) noexcept nogil
+                  long long born_ts, const unsigned char* born_host, Py_ssize_t born_host_len,
+                  long long born_port, long long store_ts, const unsigned char* store_host,
+                  Py_ssize_t store_host_len, long long store_port, long long reconsume,
+                  long long prepared, const unsigned char* body, Py_ssize_t body_len,
+                  const unsigned char* topic, Py_ssize_t topic_len,
+                  const unsigned char* props, Py_ssize_t props_len) noexcept nogil
+
+@cython.locals(i=cython.Py_ssize_t)
+cdef void _copy_from(unsigned char[::1] dst, Py_ssize_t at, const unsigned char* src,
+                     Py_ssize_t n) noexcept nogil
+
+@cython.locals(crc=cython.uint, i=cython.Py_ssize_t)
+cdef unsigned int _crc32_of(const unsigned char* b, Py_ssize_t n,
+                            const unsigned int[::1] table) noexcept nogil

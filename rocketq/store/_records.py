@@ -47,6 +47,9 @@ _UNIT = 20
 #: offset, unit count, one past the CommitLog end of its last record.
 _RUN = 6
 UNIT_SIZE, RUN_FIELDS = _UNIT, _RUN
+#: Queues one scan groups units for; a stretch with more stops early (FULL) and goes on in
+#: the next call.
+_SLOTS = 64
 #: The SYSFLAG bits of half and rollback records (no unit), and of IPv6 hosts (not stored).
 _TRAN_MASK = 0xC
 _PREPARED = 0x4
@@ -192,14 +195,15 @@ def _key_hash(h):
 
 
 def scan(log, pos, stop, base, validate, index, index_from, schedule_topic, timer_topic,
-         units, runs, hashes, offsets, times):
+         units, runs, hashes, offsets, times, tmp, work):
     """Dispatch the records of ``log[pos:stop]`` (one CommitLog file mapped at CommitLog
     offset ``base``) into flat outputs, with the interpreter lock released when compiled.
 
     - ``units`` gets the 20-byte ConsumeQueue units (``[offset i64][size i32][tag code
       i64]``) back to back, in record order;
-    - ``runs`` gets :data:`RUN_FIELDS` numbers per run of units: consecutive records of one
-      topic and queue with consecutive queue offsets share a run;
+    - ``runs`` gets :data:`RUN_FIELDS` numbers per run of units: the units of one topic and
+      queue with consecutive queue offsets share a run, however records of other queues
+      come between them (``units`` holds them grouped by queue, run after run);
     - ``hashes``, ``offsets`` and ``times`` get an index entry per UNIQ_KEY and KEYS word
       of records past CommitLog offset ``index_from`` when ``index`` is true.
 
@@ -207,12 +211,26 @@ def scan(log, pos, stop, base, validate, index, index_from, schedule_topic, time
     records get no unit but are indexed. With ``validate`` the body CRC is checked too.
     Returns ``(pos, records, runs, index entries, status)``: where the scan stopped, how
     many records it took, what it wrote, and why it stopped (:data:`DONE`, :data:`FULL`,
-    :data:`NEEDS_PYTHON`, :data:`NOT_A_RECORD`).
+    :data:`NEEDS_PYTHON`, :data:`NOT_A_RECORD`). ``tmp`` (as long as ``units``) and
+    ``work`` (:func:`work_size` numbers for that many units) are scratch space.
     """
     if pos < 0 or stop > len(log) or base < 0:
         raise ValueError(f"cannot scan {pos}..{stop} of {len(log)} bytes at {base}")
     unit_cap = len(units) // _UNIT
     run_cap = len(runs) // _RUN
+    if len(tmp) < len(units) or len(work) < work_size(unit_cap) or run_cap < unit_cap:
+        raise ValueError("scan: scratch space too small")
+    # work: per unit its queue's slot, its queue offset and its record's end, then the
+    # sorted copies of the last two, then per queue slot (at most _SLOTS of them) its topic
+    # start, topic length, queue id, unit count and next free place.
+    unit_slot = 0
+    unit_qo = unit_cap
+    unit_end = 2 * unit_cap
+    sorted_qo = 3 * unit_cap
+    sorted_end = 4 * unit_cap
+    slot_at = 5 * unit_cap
+    nslots = 0
+    last_slot = -1
     key_cap = len(hashes)
     sched_len = len(schedule_topic)
     timer_len = len(timer_topic)
@@ -221,10 +239,6 @@ def scan(log, pos, stop, base, validate, index, index_from, schedule_topic, time
     nruns = 0
     nkeys = 0
     status = _DONE
-    run_topic_at = -1
-    run_topic_len = 0
-    run_queue = 0
-    run_next = 0
     with cython.nogil:
         while pos < stop:
             if stop - pos < _HEADER_SIZE:
@@ -306,38 +320,46 @@ def scan(log, pos, stop, base, validate, index, index_from, schedule_topic, time
                         or wanted > key_cap):
                     status = _NEEDS_PYTHON
                     break
-            if count >= unit_cap or nkeys + wanted > key_cap:
-                status = _FULL
-                break
+            slot = -1
             if counted:
                 queue_id = _i32(log, pos + 12)
                 queue_offset = _i64(log, pos + 20)
-                if (run_topic_at >= 0 and queue_id == run_queue and queue_offset == run_next
-                        and topic_len == run_topic_len
-                        and _same_at(log, topic_at, run_topic_at, topic_len)):
-                    runs[(nruns - 1) * _RUN + 4] += 1
-                    runs[(nruns - 1) * _RUN + 5] = phys + total
+                if (last_slot >= 0 and work[slot_at + last_slot * 5 + 2] == queue_id
+                        and work[slot_at + last_slot * 5 + 1] == topic_len
+                        and _same_at(log, topic_at, work[slot_at + last_slot * 5], topic_len)):
+                    slot = last_slot
                 else:
-                    if nruns >= run_cap:
-                        status = _FULL
-                        break
-                    r = nruns * _RUN
-                    runs[r] = topic_at
-                    runs[r + 1] = topic_len
-                    runs[r + 2] = queue_id
-                    runs[r + 3] = queue_offset
-                    runs[r + 4] = 1
-                    runs[r + 5] = phys + total
-                    nruns += 1
-                    run_topic_at = topic_at
-                    run_topic_len = topic_len
-                    run_queue = queue_id
+                    j = 0
+                    while j < nslots:
+                        r = slot_at + j * 5
+                        if (work[r + 2] == queue_id and work[r + 1] == topic_len
+                                and _same_at(log, topic_at, work[r], topic_len)):
+                            slot = j
+                            break
+                        j += 1
+            if (count >= unit_cap or nkeys + wanted > key_cap
+                    or (counted and slot < 0 and nslots >= _SLOTS)):
+                status = _FULL
+                break
+            if counted:
+                if slot < 0:
+                    slot = nslots
+                    r = slot_at + slot * 5
+                    work[r] = topic_at
+                    work[r + 1] = topic_len
+                    work[r + 2] = queue_id
+                    work[r + 3] = 0
+                    nslots += 1
+                last_slot = slot
+                work[slot_at + slot * 5 + 3] += 1
+                work[unit_slot + nunits] = slot
+                work[unit_qo + nunits] = queue_offset
+                work[unit_end + nunits] = phys + total
                 u = nunits * _UNIT
-                _put64(units, u, phys)
-                _put32(units, u + 8, total)
-                _put64(units, u + 12, code)
+                _put64(tmp, u, phys)
+                _put32(tmp, u + 8, total)
+                _put64(tmp, u + 12, code)
                 nunits += 1
-                run_next = queue_offset + 1
             if wanted:
                 store_ts = _i64(log, pos + 56)
                 prefix = (31 * _hash_more(0, log, topic_at, topic_at + topic_len) + 35
@@ -363,7 +385,49 @@ def scan(log, pos, stop, base, validate, index, index_from, schedule_topic, time
                         i = j
             count += 1
             pos = record_end
+        # Group the units by queue (a counting sort that keeps their order within a queue),
+        # then cut each queue's units into runs of consecutive queue offsets.
+        j = 0
+        r = 0
+        while j < nslots:
+            work[slot_at + j * 5 + 4] = r
+            r += work[slot_at + j * 5 + 3]
+            j += 1
+        i = 0
+        while i < nunits:
+            j = slot_at + work[unit_slot + i] * 5 + 4
+            r = work[j]
+            work[j] = r + 1
+            _copy(units, r * _UNIT, tmp, i * _UNIT, _UNIT)
+            work[sorted_qo + r] = work[unit_qo + i]
+            work[sorted_end + r] = work[unit_end + i]
+            i += 1
+        i = 0
+        j = 0
+        while j < nslots:
+            n = work[slot_at + j * 5 + 3]
+            r = i + n  # one past this queue's units
+            while i < r:
+                q = nruns * _RUN
+                runs[q] = work[slot_at + j * 5]
+                runs[q + 1] = work[slot_at + j * 5 + 1]
+                runs[q + 2] = work[slot_at + j * 5 + 2]
+                runs[q + 3] = work[sorted_qo + i]
+                runs[q + 4] = 1
+                runs[q + 5] = work[sorted_end + i]
+                i += 1
+                while i < r and work[sorted_qo + i] == work[sorted_qo + i - 1] + 1:
+                    runs[q + 4] += 1
+                    runs[q + 5] = work[sorted_end + i]
+                    i += 1
+                nruns += 1
+            j += 1
     return pos, count, nruns, nkeys, status
+
+
+def work_size(units):
+    """The numbers :func:`scan` needs in ``work`` for ``units`` units."""
+    return 5 * units + 5 * _SLOTS
 
 
 def index_put(view, slot_num, index_num, count, begin_ts, hashes, offsets, times, start, n):
@@ -609,9 +673,19 @@ def messages_encode(dst, w, msgs, k, topic_parts, free, phys, queue_offsets, sto
             key = (topic, queue_id)
             queue_offset = queue_offsets.get(key, 0)
             queue_offsets[key] = queue_offset + 1
+        # Plain bytes, so the compiled twin reads them through a pointer.
+        if type(body) is not bytes:
+            body = bytes(body)
+        if type(props) is not bytes:
+            props = bytes(props)
+        born_host = m.born_host
+        if type(born_host) is not bytes:
+            born_host = bytes(born_host)
         _record(dst, w, size, queue_id, m.flag, queue_offset, phys, sysflag, m.born_timestamp,
-                m.born_host, m.born_port, store_ts, store_host, store_port, m.reconsume_times,
-                m.prepared_transaction_offset, body, part, props)
+                born_host, min(len(born_host), 4), m.born_port, store_ts, store_host,
+                min(len(store_host), 4), store_port, m.reconsume_times,
+                m.prepared_transaction_offset, body, len(body), part, len(part), props,
+                len(props))
         offsets[k] = phys
         sizes[k] = size
         queue_numbers[k] = queue_offset
@@ -623,16 +697,14 @@ def messages_encode(dst, w, msgs, k, topic_parts, free, phys, queue_offsets, sto
 
 
 def _record(dst, w, size, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_host,
-            born_port, store_ts, store_host, store_port, reconsume, prepared, body, topic,
-            props):
+            born_host_len, born_port, store_ts, store_host, store_host_len, store_port,
+            reconsume, prepared, body, body_len, topic, topic_len, props, props_len):
     """One v1 record at ``dst[w:]``, ``size`` long (the caller's to check). Hosts are IPv4:
-    their first 4 bytes, zero-padded, as ``struct``'s ``4s`` packs them."""
-    body_len = len(body)
-    topic_len = len(topic)
-    props_len = len(props)
+    their first 4 bytes (``*_host_len``, at most 4), zero-padded, as ``struct``'s ``4s``
+    packs them."""
     _put32(dst, w, size)
     _put32(dst, w + 4, _MAGIC_V1)
-    _put32(dst, w + 8, _crc32(body, 0, body_len, _CRC_TABLE) & 0x7FFFFFFF)
+    _put32(dst, w + 8, _crc32_of(body, body_len, _CRC_TABLE) & 0x7FFFFFFF)
     _put32(dst, w + 12, queue_id)
     _put32(dst, w + 16, flag)
     _put64(dst, w + 20, queue_offset)
@@ -640,20 +712,38 @@ def _record(dst, w, size, queue_id, flag, queue_offset, phys, sysflag, born_ts, 
     _put32(dst, w + 36, sysflag)
     _put64(dst, w + 40, born_ts)
     _put32(dst, w + 48, 0)
-    _copy(dst, w + 48, born_host, 0, min(len(born_host), 4))
+    _copy_from(dst, w + 48, born_host, born_host_len)
     _put32(dst, w + 52, born_port)
     _put64(dst, w + 56, store_ts)
     _put32(dst, w + 64, 0)
-    _copy(dst, w + 64, store_host, 0, min(len(store_host), 4))
+    _copy_from(dst, w + 64, store_host, store_host_len)
     _put32(dst, w + 68, store_port)
     _put32(dst, w + 72, reconsume)
     _put64(dst, w + 76, prepared)
     _put32(dst, w + 84, body_len)
     at = w + _HEADER_SIZE
-    _copy(dst, at, body, 0, body_len)
+    _copy_from(dst, at, body, body_len)
     at += body_len
-    _copy(dst, at, topic, 0, topic_len)
+    _copy_from(dst, at, topic, topic_len)
     at += topic_len
     dst[at] = (props_len >> 8) & 0xFF
     dst[at + 1] = props_len & 0xFF
-    _copy(dst, at + 2, props, 0, props_len)
+    _copy_from(dst, at + 2, props, props_len)
+
+
+def _copy_from(dst, at, src, n):
+    """``dst[at:at + n] = src[:n]``, ``src`` being bytes (a pointer into them, compiled)."""
+    i = 0
+    while i < n:
+        dst[at + i] = src[i]
+        i += 1
+
+
+def _crc32_of(b, n, table):
+    """:func:`_crc32` of ``b[:n]``, ``b`` being bytes."""
+    crc = _MASK32
+    i = 0
+    while i < n:
+        crc = table[(crc ^ b[i]) & 0xFF] ^ (crc >> 8)
+        i += 1
+    return crc ^ _MASK32

@@ -58,6 +58,8 @@ class CompiledDispatch:
         self.hashes = array("q", bytes(8 * keys))
         self.offsets = array("q", bytes(8 * keys))
         self.times = array("q", bytes(8 * keys))
+        self.tmp = bytearray(capacity * _UNIT)
+        self.work = array("q", bytes(8 * module.work_size(capacity)))
 
     def run(self, d: Dispatcher, end: int, index_from: int, limit: int,
             validate: bool) -> tuple[int, dict[tuple[str, int], int]]:
@@ -83,7 +85,8 @@ class CompiledDispatch:
             room = min(limit - count, self.capacity)
             new_pos, n, nruns, nkeys, status = scan(
                 f.view, pos, stop, base, validate, index is not None, index_from, _SCHEDULE,
-                _TIMER, units[:room * _UNIT], self.runs, self.hashes, self.offsets, self.times)
+                _TIMER, units[:room * _UNIT], self.runs, self.hashes, self.offsets, self.times,
+                self.tmp, self.work)
             if nruns:
                 self._write_runs(d, f.view, nruns, grown)
             if nkeys:

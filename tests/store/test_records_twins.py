@@ -79,7 +79,9 @@ def store_message(m: dict) -> StoreMessage:
 def outputs(capacity: int):
     return (bytearray(capacity * pure.UNIT_SIZE),
             array("q", bytes(8 * pure.RUN_FIELDS * capacity)),
-            *(array("q", bytes(8 * capacity)) for _ in range(3)))
+            *(array("q", bytes(8 * capacity)) for _ in range(3)),
+            bytearray(capacity * pure.UNIT_SIZE),
+            array("q", bytes(8 * pure.work_size(capacity))))
 
 
 def scan_both(log: bytes, pos: int, stop: int, validate: bool, capacity: int):
@@ -88,7 +90,7 @@ def scan_both(log: bytes, pos: int, stop: int, validate: bool, capacity: int):
         out = outputs(capacity)
         result = module.scan(log, pos, stop, 1 << 20, validate, True, -1,
                              SCHEDULE_TOPIC.encode(), TIMER_TOPIC.encode(), *out)
-        results.append((result, bytes(out[0]), *(a.tolist() for a in out[1:])))
+        results.append((result, bytes(out[0]), *(a.tolist() for a in out[1:5])))
     assert results[0] == results[1]
     return results[0]
 
@@ -175,14 +177,13 @@ class Side:
         self.index.close()
 
 
-@needs_compiled
-@examples
-@given(st.lists(messages, min_size=1, max_size=4), st.integers(1, 50), st.booleans())
-def test_compiled_dispatch_builds_what_the_python_dispatcher_builds(appends, limit, validate):
+def dispatch_both(appends: list[list[StoreMessage]], limit: int, validate: bool) -> None:
+    """Dispatch the same CommitLog with the compiled scan and with the Python loop, ``limit``
+    records a run: the same counts, queues that grew, ConsumeQueue and index bytes."""
     with tempfile.TemporaryDirectory() as root:
         log = CommitLog(small_config(os.path.join(root, "log")))
         for batch in appends:  # 64 KiB files: records cross files, with fillers between
-            log.append([store_message(m) for m in batch])
+            log.append(batch)
         sides = [Side(os.path.join(root, name), log, name == "compiled")
                  for name in ("compiled", "python")]
         results = []
@@ -202,6 +203,23 @@ def test_compiled_dispatch_builds_what_the_python_dispatcher_builds(appends, lim
         log.files.close()
     assert results[0] == results[1]
     assert results[0][2] == log.max_offset
+
+
+@needs_compiled
+@examples
+@given(st.lists(messages, min_size=1, max_size=4), st.integers(1, 50), st.booleans())
+def test_compiled_dispatch_builds_what_the_python_dispatcher_builds(appends, limit, validate):
+    dispatch_both([[store_message(m) for m in batch] for batch in appends], limit, validate)
+
+
+@needs_compiled
+@pytest.mark.parametrize("limit", [7, 8192])
+def test_compiled_dispatch_groups_units_of_many_interleaved_queues(limit):
+    # 3 topics x 30 queues, round-robin: more queues than one scan groups (it stops and goes
+    # on), and a topic whose name is another's prefix.
+    appends = [[StoreMessage.create(topic, b"%d" % i, q, tags="t", keys=f"k{i}")
+                for i in range(3) for topic in ("T", "TT", "T2") for q in range(30)]]
+    dispatch_both(appends, limit, False)
 
 
 @needs_compiled
