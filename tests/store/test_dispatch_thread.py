@@ -193,3 +193,40 @@ def test_a_store_killed_mid_dispatch_recovers_the_units_the_reference_builds(tmp
     # The same entries in the same order (their files split where each index filled up).
     assert recovered[1] == expected[1]
     assert sum(len(u) for u in recovered[0].values()) > 20 * 100
+
+
+@needs_compiled
+def test_a_long_poll_is_answered_as_soon_as_a_batch_is_dispatched_on_the_thread(cluster):
+    from rocketq import Message
+    from rocketq.client.producer import AsyncProducer
+    from rocketq.client.pull import AsyncPullConsumer
+
+    from ..conftest import run_async
+
+    async def main() -> list[float]:
+        await cluster.start_namesrv()
+        await cluster.start_broker()
+        delays = []
+        async with AsyncProducer("pg", cluster.namesrv) as producer, \
+                AsyncPullConsumer("lp", cluster.namesrv, from_where="first",
+                                  suspend_timeout=20.0) as consumer:
+            await producer.send(Message("LongPolled", b"first"))
+            consumer.subscribe("LongPolled")
+            assert [m.body for m in await consumer.poll(10)] == [b"first"]
+            for n in range(5):
+                # The consumer's pulls wait at the broker (20 s at most) when the batch goes
+                # out; the dispatcher thread's run must answer them.
+                poll = asyncio.ensure_future(consumer.poll(15))
+                await asyncio.sleep(0.3)
+                bodies = [b"%d-%d-" % (n, i) + b"x" * 200 for i in range(32)]
+                at = time.monotonic()
+                await producer.send_batch([Message("LongPolled", body) for body in bodies])
+                got = await poll
+                while len(got) < 32:
+                    got += await consumer.poll(15)
+                delays.append(time.monotonic() - at)
+                assert sorted(m.body for m in got) == sorted(bodies)
+        return delays
+
+    delays = run_async(main(), 90)
+    assert max(delays) < 3.0, delays  # far below the 20 s a pull may wait
