@@ -15,13 +15,13 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: (package, pure module, compiled module, Cython directives beyond the defaults). The store's
-#: loops check every length themselves and divide only non-negative numbers, so they run
-#: without Cython's bounds checks and with C division.
+#: (package, pure module, compiled module, Cython directives beyond the defaults, C libraries).
+#: The store's loops check every length themselves and divide only non-negative numbers, so
+#: they run without Cython's bounds checks and with C division; they take CRC-32 from zlib.
 TWINS = [
-    ("protocol", "_codec", "_ccodec", {}),
+    ("protocol", "_codec", "_ccodec", {}, []),
     ("store", "_records", "_crecords",
-     {"boundscheck": False, "wraparound": False, "cdivision": True}),
+     {"boundscheck": False, "wraparound": False, "cdivision": True}, ["z"]),
 ]
 
 
@@ -52,7 +52,7 @@ def extensions():
         print("rocketq: Cython is not installed; using pure Python", file=sys.stderr)
         return []
     built = []
-    for package, pure, compiled, directives in TWINS:
+    for package, pure, compiled, directives, libraries in TWINS:
         stage = os.path.join("build", "cython", "rocketq", package)
         os.makedirs(os.path.join(HERE, stage), exist_ok=True)
         source = os.path.join(HERE, "rocketq", package)
@@ -64,7 +64,7 @@ def extensions():
             built += cythonize(
                 [Extension(f"rocketq.{package}.{compiled}",
                            [os.path.join(stage, compiled + ".py")],
-                           extra_compile_args=["-O3"])],
+                           libraries=libraries, extra_compile_args=["-O3"])],
                 compiler_directives={"language_level": 3, "annotation_typing": False,
                                      **directives},
                 quiet=True)

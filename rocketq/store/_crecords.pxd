@@ -3,6 +3,10 @@
 # same. The helpers take no Python objects, so the loops that call them run without the GIL.
 import cython
 
+cdef extern from "zlib.h":
+    unsigned long _zlib_crc32 "crc32"(unsigned long crc, const unsigned char* buf,
+                                      unsigned int n) nogil
+
 cdef long long _MAGIC_V1, _MAGIC_V2, _TRAN_MASK, _PREPARED, _ROLLBACK, _V6_HOSTS, _MAX_INT
 cdef Py_ssize_t _HEADER_SIZE, _OVERHEAD, _UNIT, _RUN, _INDEX_HEADER, _SLOTS
 cdef int _DONE, _FULL, _NEEDS_PYTHON, _NOT_A_RECORD

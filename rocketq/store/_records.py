@@ -109,6 +109,9 @@ def _put64(b, at, v):
 
 
 def _crc32(b, at, n, table):
+    """CRC-32 of ``b[at:at + n]`` (zlib's own, in the compiled twin)."""
+    if cython.compiled:
+        return _zlib_crc32(0, cython.address(b[at]), n) if n > 0 else 0  # noqa: F821 (.pxd)
     crc = _MASK32
     i = at
     while i < at + n:
@@ -741,6 +744,8 @@ def _copy_from(dst, at, src, n):
 
 def _crc32_of(b, n, table):
     """:func:`_crc32` of ``b[:n]``, ``b`` being bytes."""
+    if cython.compiled:
+        return _zlib_crc32(0, b, n)  # noqa: F821 (declared in _crecords.pxd)
     crc = _MASK32
     i = 0
     while i < n:
