@@ -4,7 +4,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BASE := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_ccodec.pxd \
-	rocketq/store/_records.py rocketq/store/_crecords.pxd
+	rocketq/store/_records.py rocketq/store/_crecords.pxd rocketq/store/_encode.py \
+	rocketq/store/_cencode.pxd
 
 .PHONY: run test test-deps lint bench bench-deps compare example clean grpc-proto
 
@@ -94,4 +95,4 @@ grpc-proto: | $(BIN)/python
 	rm -f $(PROTO)/definition_pb2_grpc.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info rocketq/protocol/_ccodec*.so rocketq/store/_crecords*.so
+	rm -rf $(VENV) build *.egg-info rocketq/protocol/_ccodec*.so rocketq/store/_crecords*.so rocketq/store/_cencode*.so

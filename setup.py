@@ -1,10 +1,10 @@
-"""Builds the optional compiled twins of ``rocketq/protocol/_codec.py`` and
-``rocketq/store/_records.py``.
+"""Builds the optional compiled twins of ``rocketq/protocol/_codec.py``,
+``rocketq/store/_records.py`` and ``rocketq/store/_encode.py``.
 
 Each Python file is compiled by Cython under a ``_c`` name (``rocketq.protocol._ccodec``,
-``rocketq.store._crecords``) with the C types of its ``.pxd``. Without a C compiler or Cython
-the build says so and goes on: rocketq then runs on the pure-Python modules, which behave the
-same (``ROCKETQ_NO_EXTENSIONS=1`` forces them).
+``rocketq.store._crecords``, ``rocketq.store._cencode``) with the C types of its ``.pxd``.
+Without a C compiler or Cython the build says so and goes on: rocketq then runs on the
+pure-Python modules, which behave the same (``ROCKETQ_NO_EXTENSIONS=1`` forces them).
 """
 
 import os
@@ -21,6 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TWINS = [
     ("protocol", "_codec", "_ccodec", {}, []),
     ("store", "_records", "_crecords",
+     {"boundscheck": False, "wraparound": False, "cdivision": True}, ["z"]),
+    ("store", "_encode", "_cencode",
      {"boundscheck": False, "wraparound": False, "cdivision": True}, ["z"]),
 ]
 

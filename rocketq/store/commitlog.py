@@ -55,7 +55,7 @@ def _check_topic(topic: str) -> bytes:
     return topic.encode()
 
 
-#: What ``records.impl.batch_check`` reports, as the errors a store raises.
+#: What ``records.encoder.batch_check`` reports, as the errors a store raises.
 _BATCH_ERRORS = {
     1: "truncated batch element at {at}",
     2: "bad body length in batch element at {at}",
@@ -371,7 +371,7 @@ class CommitLog:
     def _append_batch_compiled(self, batch: BatchMessage) -> BatchResults:
         """:meth:`append_batch` through the compiled encoder: one call checks the batch,
         one call per file writes its records (the interpreter lock released meanwhile)."""
-        impl = records.impl
+        impl = records.encoder
         topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
         body, suffix = batch.body, batch.suffix
         n, error, at, value = impl.batch_check(
@@ -412,7 +412,7 @@ class CommitLog:
         assert scratch is not None
         if len(scratch) < need:
             scratch = self._scratch = bytearray(need)
-        encode = records.impl.batch_encode
+        encode = records.encoder.batch_encode
         f, base, free = self._tail()
         pos = k = 0
         while True:
@@ -440,7 +440,7 @@ class CommitLog:
     def _append_compiled(self, messages: Sequence[StoreMessage]) -> Sequence[PutResult]:
         """:meth:`append` through the compiled encoder: one call checks the messages, one
         call per file (or per filled buffer) writes their records."""
-        impl = records.impl
+        impl = records.encoder
         msgs = messages if type(messages) is list else list(messages)
         parts = self._topic_parts
         counts: dict[tuple[str, int], int] = {}
@@ -476,7 +476,7 @@ class CommitLog:
         n = len(msgs)
         now = int(time.time() * 1000)
         results = BatchResults(n, now, 0, True, self.msg_id_prefix, each_queue=True)
-        encode = records.impl.messages_encode
+        encode = records.encoder.messages_encode
         scratch = self._scratch
         assert scratch is not None
         f, base, free = self._tail()

@@ -1,9 +1,12 @@
-"""Dispatch through the compiled record scan, when the compiled twin is installed.
+"""The store's compiled loops, when the compiled twins are installed, and the dispatch that
+drives the record scan.
 
-``_records`` is the pure-Python reference of the scan; ``_crecords`` is the same file compiled
-by Cython, whose loops release the interpreter lock. ``ROCKETQ_NO_EXTENSIONS=1`` forces the
-pure one, and then the dispatcher keeps its own Python loop (faster than the reference run by
-the interpreter). :data:`COMPILED` says which runs.
+``_records`` (the scan that dispatches, and index writes) and ``_encode`` (records from
+batches and messages) are the pure-Python references; ``_crecords`` and ``_cencode`` are the
+same files compiled by Cython, whose loops release the interpreter lock.
+``ROCKETQ_NO_EXTENSIONS=1`` forces the pure ones, and then the dispatcher and the CommitLog
+keep their own Python loops (faster than the references run by the interpreter).
+:data:`COMPILED` says which run: :data:`impl` scans, :data:`encoder` encodes.
 
 :class:`CompiledDispatch` is the dispatcher's fast path: one :func:`_records.scan` per stretch
 of a CommitLog file fills flat buffers with ConsumeQueue units, runs and index entries; each
@@ -15,30 +18,34 @@ dispatched one at a time by the reference loop, so both paths share every rule.
 
 from __future__ import annotations
 
+import importlib
 import os
 from array import array
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..protocol import SCHEDULE_TOPIC, TIMER_TOPIC
-from . import _records
+from . import _encode, _records
 
 if TYPE_CHECKING:
     from .dispatch import Dispatcher
 
 
-def _load() -> ModuleType:
+def _load(pure: ModuleType, compiled: str) -> ModuleType:
     if os.environ.get("ROCKETQ_NO_EXTENSIONS"):
-        return _records
+        return pure
     try:
-        from . import _crecords  # type: ignore[attr-defined]
+        return importlib.import_module(f".{compiled}", __package__)
     except ImportError:
-        return _records
-    return _crecords
+        return pure
 
 
-impl = _load()
-COMPILED: bool = impl is not _records
+impl = _load(_records, "_crecords")
+encoder = _load(_encode, "_cencode")
+#: Both compiled twins are in use (one without the other is a broken build: pure for both).
+COMPILED: bool = impl is not _records and encoder is not _encode
+if not COMPILED:
+    impl, encoder = _records, _encode
 
 _SCHEDULE = SCHEDULE_TOPIC.encode()
 _TIMER = TIMER_TOPIC.encode()

@@ -1,8 +1,9 @@
-"""The store's compiled loops and their pure-Python reference agree, and the compiled path
+"""The store's compiled loops and their pure-Python references agree, and the compiled path
 builds the same ConsumeQueue, index and CommitLog bytes as the store's Python path.
 
-``_records`` (pure) and ``_crecords`` (compiled) are fed the same records and batches,
-damaged ones included; then real stores are built both ways from the same messages."""
+``_records``/``_crecords`` (the scan) and ``_encode``/``_cencode`` (the encoders) are fed the
+same records, batches and messages, damaged ones included; then real stores are built both
+ways from the same messages."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from rocketq.protocol.message import SysFlag, encode_batch, java_hash
 from rocketq.protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
+from rocketq.store import _encode as pure_encode
 from rocketq.store import _records as pure
 from rocketq.store import records
 from rocketq.store.commitlog import BatchMessage, CommitLog, StoreMessage
@@ -27,9 +29,10 @@ from rocketq.store.index import Index, IndexFile, index_key_hash
 from .conftest import small_config
 
 try:
+    from rocketq.store import _cencode as compiled_encode
     from rocketq.store import _crecords as compiled
-except ImportError:  # built without a C compiler: only the reference is there
-    compiled = None
+except ImportError:  # built without a C compiler: only the references are there
+    compiled = compiled_encode = None
 
 needs_compiled = pytest.mark.skipif(compiled is None, reason="the compiled records are not built")
 examples = settings(max_examples=40, deadline=None,
@@ -39,9 +42,11 @@ examples = settings(max_examples=40, deadline=None,
 def test_the_compiled_records_are_the_ones_in_use_unless_switched_off():
     if os.environ.get("ROCKETQ_NO_EXTENSIONS"):
         assert not records.COMPILED and records.impl is pure
+        assert records.encoder is pure_encode
     else:
         # The build compiles them wherever there is a C compiler, as on every test machine.
         assert compiled is not None and records.COMPILED and records.impl is compiled
+        assert records.encoder is compiled_encode
 
 
 words = st.one_of(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E,
@@ -351,3 +356,49 @@ def test_compiled_appends_store_what_the_python_path_stores(batches, damage):
     assert both[0] == both[1]
     if damage:
         assert both[0][0][-1][0] == "error"
+
+
+@needs_compiled
+@examples
+@given(elements, st.sampled_from([b"", b"CLUSTER\x01c\x02"]), st.integers(0, 4096),
+       st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), max_size=2))
+def test_encoder_twins_agree_on_batches(parts, suffix, free, cuts):
+    body = bytearray(encode_batch(parts))
+    for at, value in cuts:
+        body[at % len(body)] = value
+    body = bytes(body)
+    outcomes = []
+    for module in (pure_encode, compiled_encode):
+        checked = module.batch_check(body, len(suffix), 90 + 7, 150, 32767, 4096)
+        n = checked[0]
+        dst, offsets, sizes = bytearray(8192), array("q", bytes(8 * n)), array("i", bytes(4 * n))
+        encoded = (module.batch_encode(dst, 3, body, 0, 0, n, b"\x06TopicA", suffix, free,
+                                       5000, 2, 77, True, 0, 1_700_000_000_000,
+                                       b"\x7f\x00\x00\x01", 4242, 1_700_000_000_001,
+                                       b"\x0a\x00\x00\x02", 10911, 1, offsets, sizes)
+                   if checked[1] == 0 else None)
+        outcomes.append((checked, encoded, bytes(dst), offsets.tolist(), sizes.tolist()))
+    assert outcomes[0] == outcomes[1]
+
+
+@needs_compiled
+@examples
+@given(messages, st.integers(0, 6000))
+def test_encoder_twins_agree_on_messages(batch, free):
+    msgs = [store_message(m) for m in batch]
+    msgs[0].body = memoryview(msgs[0].body)  # as a request's body may be
+    parts = {t: bytes([len(t)]) + t.encode()
+             for t in ("TopicA", "TopicB", SCHEDULE_TOPIC, TIMER_TOPIC)}
+    outcomes = []
+    for module in (pure_encode, compiled_encode):
+        counts: dict = {}
+        checked = module.messages_check(msgs, 0, parts, 90, 4096, 32767, 8192, counts)
+        n = len(msgs)
+        dst = bytearray(4096)
+        out = (array("q", bytes(8 * n)), array("i", bytes(4 * n)), array("q", bytes(8 * n)))
+        queue_offsets = {("TopicA", 1): 41}
+        encoded = module.messages_encode(dst, 0, msgs, 0, parts, free, 123456, queue_offsets,
+                                         1_700_000_000_000, b"\x7f\x00\x00\x01", 10911, *out)
+        outcomes.append((checked, counts, encoded, bytes(dst), queue_offsets,
+                         *(a.tolist() for a in out)))
+    assert outcomes[0] == outcomes[1]
