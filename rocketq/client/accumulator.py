@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from ..protocol import Property
@@ -33,7 +34,11 @@ if TYPE_CHECKING:
 #: Bytes a batch element adds to its body and properties (RocketMQ's batch encoding).
 ELEMENT_OVERHEAD = 22
 
-_Item = tuple[Message, str, bytes, float, "asyncio.Future[SendResult]"]
+#: A gathered send: the message, its encoded properties (as text), its batch element
+#: ``(flag, body, encoded properties)``, its deadline and the future its sender awaits.
+_Item = tuple[Message, str, tuple[int, bytes, bytes], float, "asyncio.Future[SendResult]"]
+_deadline_of = itemgetter(3)
+_element_of = itemgetter(2)
 
 
 class _Lane:
@@ -72,21 +77,25 @@ class Accumulator:
     def fits(self, message: Message, body: bytes, props: bytes) -> bool:
         """Whether a prepared message may go in a batch: small enough, and nothing the broker
         transforms per message (delays and timers, retry hand-backs, replies)."""
+        if len(body) + len(props) + ELEMENT_OVERHEAD > self.max_bytes \
+                or message.topic.startswith("%RETRY%"):
+            return False
         p = message.properties
-        return (len(body) + len(props) + ELEMENT_OVERHEAD <= self.max_bytes
-                and Property.DELAY not in p and Property.MSG_TYPE not in p
-                and b"TIMER_" not in props  # a value holding it only makes the message go alone
-                and not message.topic.startswith("%RETRY%"))
+        # A prepared message has UNIQ_KEY and WAIT: with two properties it has no other.
+        return len(p) == 2 or (
+            Property.DELAY not in p and Property.MSG_TYPE not in p
+            and b"TIMER_" not in props)  # a value holding it only makes the message go alone
 
-    async def send(self, message: Message, props: str, raw: bytes,
-                   queue: MessageQueue | None, timeout: float) -> SendResult:
-        """Add a message to its lane and wait for its own result."""
-        size = len(message.body) + len(raw) + ELEMENT_OVERHEAD
-        while self.held and self.held + size > self.total_max_bytes:
-            if self._room is None:
-                self._room = asyncio.Event()
-            self._room.clear()
-            await self._room.wait()
+    def add(self, message: Message, props: str, raw: bytes, queue: MessageQueue | None,
+            timeout: float) -> asyncio.Future[SendResult] | None:
+        """Add a message to its lane and return the future of its own result; None, and
+        nothing added, when what all lanes hold leaves no room for it (:meth:`send` waits
+        for room). A plain function: a pipelined send pays for no coroutine of its own."""
+        body = message.body
+        size = len(body) + len(raw) + ELEMENT_OVERHEAD
+        held = self.held
+        if held and held + size > self.total_max_bytes:
+            return None
         key = (message.topic, queue)
         lane = self._lanes.get(key)
         if lane is None:
@@ -97,11 +106,25 @@ class Accumulator:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult] = loop.create_future()
-        lane.open.append((message, props, raw, time.monotonic() + timeout, future))
+        lane.open.append((message, props, (message.flag, body, raw),
+                          time.monotonic() + timeout, future))
         lane.open_bytes += size
-        self.held += size
-        self._kick(lane)
-        return await future
+        self.held = held + size
+        if lane.timer is None or lane.ready:  # else the open batch already has its timer
+            self._kick(lane)
+        return future
+
+    async def send(self, message: Message, props: str, raw: bytes,
+                   queue: MessageQueue | None, timeout: float) -> SendResult:
+        """Add a message to its lane, once there is room, and wait for its own result."""
+        while True:
+            future = self.add(message, props, raw, queue, timeout)
+            if future is not None:
+                return await future
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            await self._room.wait()
 
     async def drain(self) -> None:
         """Send everything gathered and wait until every batch is answered."""
@@ -163,14 +186,13 @@ class Accumulator:
 
     async def _send_items(self, lane: _Lane, items: list[_Item]) -> None:
         producer = self.producer
-        timeout = max(0.001, min(item[3] for item in items) - time.monotonic())
+        timeout = max(0.001, min(map(_deadline_of, items)) - time.monotonic())
         if len(items) == 1:
             await self._send_one(lane, items[0])
             return
         try:
-            results = await producer._send_elements(
-                lane.topic, [(m, raw) for m, _props, raw, _deadline, _future in items],
-                lane.queue, timeout)
+            result = await producer._send_elements(
+                lane.topic, list(map(_element_of, items)), lane.queue, timeout)
         except BrokerError as exc:
             if not producer._is_transient(exc):
                 # Refused as a whole: one by one, so only the message at fault fails.
@@ -183,12 +205,22 @@ class Accumulator:
             if not isinstance(exc, Exception):
                 raise
         else:
-            for item, result in zip(items, results, strict=True):
-                if not item[4].done():
-                    item[4].set_result(result)
+            # Each message's own result: its UNIQ_KEY, its offset id and its queue offset
+            # (a batch's are consecutive).
+            offset_ids = result.offset_msg_id.split(",")
+            if len(offset_ids) != len(items):
+                offset_ids = [""] * len(items)
+            status, mq, queue_offset = result.status, result.queue, result.queue_offset
+            uniq_key = Property.UNIQ_KEY
+            for (message, _props, _element, _deadline, future), offset_id in zip(
+                    items, offset_ids, strict=True):
+                if not future.done():
+                    future.set_result(SendResult(status, message.properties[uniq_key],
+                                                 offset_id, mq, queue_offset))
+                queue_offset += 1
 
     async def _send_one(self, lane: _Lane, item: _Item) -> None:
-        message, props, _raw, deadline, future = item
+        message, props, _element, deadline, future = item
         if future.done():
             return
         try:

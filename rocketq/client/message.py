@@ -124,7 +124,7 @@ class Message:
         if type(topic) is not str:
             check_type(topic, str, "topic", "a str")
         self.topic = topic
-        self.body = _body_bytes(body)
+        self.body = body if type(body) is bytes else _body_bytes(body)
         if type(flag) is not int:
             check_type(flag, int, "flag", "an int")
         self.flag = flag
@@ -475,7 +475,9 @@ class UniqueIdGenerator:
         self._counter = itertools.count(1)
         self._month_start = 0.0
         self._next_month = 0.0
-        self._head = (-1, "")
+        #: The current millisecond, from and until (seconds since the epoch), and the id up
+        #: to it: one tuple, so threads agree.
+        self._head = (0.0, 0.0, "")
 
     def _roll_month(self, now: float) -> None:
         t = time.localtime(now)
@@ -484,18 +486,27 @@ class UniqueIdGenerator:
         self._month_start = start
         self._next_month = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
 
-    def next(self) -> str:
-        now = time.time()
-        if now >= self._next_month:
+    def _renew(self, now: float) -> tuple[float, float, str]:
+        """The head for the millisecond of ``now``."""
+        if now >= self._next_month or now < self._month_start:
             with self._lock:
-                if now >= self._next_month:
+                if now >= self._next_month or now < self._month_start:
                     self._roll_month(now)
+        since = int((now - self._month_start) * 1000)
+        start = self._month_start + since / 1000
+        head = self._head = (min(start, now), min(start + 0.001, self._next_month),
+                             f"{self._prefix}{since & 0xFFFFFFFF:08X}")
+        return head
+
+    def next(self) -> str:
+        """A new id."""
+        now = time.time()
         counter = next(self._counter) & 0xFFFF  # itertools.count is atomic under the GIL
-        since = int((now - self._month_start) * 1000) & 0xFFFFFFFF
-        head = self._head  # (millisecond, the id up to it): one tuple, so threads agree
-        if head[0] != since:
-            head = self._head = (since, f"{self._prefix}{since:08X}")
-        return head[1] + _HEX2[counter >> 8] + _HEX2[counter & 0xFF]
+        head = self._head
+        # Within the millisecond of the last id, only the counter changes: no arithmetic.
+        if not head[0] <= now < head[1]:
+            head = self._renew(now)
+        return head[2] + _HEX2[counter >> 8] + _HEX2[counter & 0xFF]
 
 
 unique_ids = UniqueIdGenerator()

@@ -170,12 +170,17 @@ class AsyncProducer(SendRetries, SendRequests):
         if accumulator is not None and not sysflag:
             raw = props.encode()
             if accumulator.fits(message, body, raw):
+                timeout = timeout or self.send_timeout
                 if selector is not None:
-                    route = await self._publish_route(
-                        message.topic, time.monotonic() + (timeout or self.send_timeout))
+                    route = await self._publish_route(message.topic,
+                                                      time.monotonic() + timeout)
                     queue = selector(list(route.publish_queues), message, arg)
-                return await accumulator.send(message, props, raw, queue,
-                                              timeout or self.send_timeout)
+                # Awaiting the future itself, not a coroutine of the accumulator's, keeps a
+                # pipelined send to one coroutine.
+                future = accumulator.add(message, props, raw, queue, timeout)
+                if future is None:  # no room until batches in flight are answered
+                    return await accumulator.send(message, props, raw, queue, timeout)
+                return await future
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
@@ -290,38 +295,25 @@ class AsyncProducer(SendRetries, SendRequests):
             if Property.WAIT not in props:
                 props[Property.WAIT] = "true"
             raw = encode_properties(props).encode()
-            elements.append((m, raw))
+            elements.append((m.flag, m.body, raw))
             total += len(m.body) + len(raw) + 22
         if total > self.max_message_size:
             raise MessageValidationError(
                 f"the batch is {total} bytes; the maximum is {self.max_message_size}")
         self._check_frame(topic, total, 0, "the batch")
-        result = await self._send_batch_body(topic, elements, queue,
-                                             timeout or self.send_timeout)
+        result = await self._send_elements(topic, elements, queue,
+                                           timeout or self.send_timeout)
         result.msg_id = ",".join([m.properties[Property.UNIQ_KEY] for m in messages])
         return result
 
-    async def _send_batch_body(self, topic: str, elements: Sequence[tuple[Message, bytes]],
-                               queue: MessageQueue | None, timeout: float) -> SendResult:
-        """One SEND_BATCH_MESSAGE of validated ``(message, encoded properties)`` elements;
+    async def _send_elements(self, topic: str, elements: list[tuple[int, bytes, bytes]],
+                             queue: MessageQueue | None, timeout: float) -> SendResult:
+        """One SEND_BATCH_MESSAGE of validated ``(flag, body, encoded properties)`` elements;
         the broker's answer names the first message's queue offset and every offset id."""
-        body = codec.encode_batch([(m.flag, m.body, raw) for m, raw in elements])
+        body = codec.encode_batch(elements)
         return await self._send_prepared(Message(topic, body), body, 0, encode_properties(
             {Property.UNIQ_KEY: unique_ids.next(), Property.WAIT: "true"}), queue, None, None,
             timeout, self.retries, False, batch=True)
-
-    async def _send_elements(self, topic: str, elements: Sequence[tuple[Message, bytes]],
-                             queue: MessageQueue | None, timeout: float) -> list[SendResult]:
-        """Send elements as one batch and give each message its own result: its UNIQ_KEY,
-        its offset id and its queue offset (the batch's are consecutive)."""
-        result = await self._send_batch_body(topic, elements, queue, timeout)
-        offset_ids = result.offset_msg_id.split(",")
-        if len(offset_ids) != len(elements):
-            offset_ids = [""] * len(elements)
-        status, mq, first = result.status, result.queue, result.queue_offset
-        return [SendResult(status, m.properties[Property.UNIQ_KEY], offset_id, mq, first + i)
-                for i, ((m, _raw), offset_id) in enumerate(zip(elements, offset_ids,
-                                                               strict=True))]
 
 
 __all__ = ["AsyncProducer", "LatencyFaultTolerance", "select_by_hash"]

@@ -40,6 +40,10 @@ _STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
 #: other send header fields and the command's own), when a request is checked against the
 #: remoting frame limit before it is sent.
 _HEADER_ROOM = 2048
+#: The encoding of ``{UNIQ_KEY: id, WAIT: "true"}`` around the id (RocketMQ's name \x01
+#: value \x02 per property).
+_UNIQ_KEY_PREFIX = f"{Property.UNIQ_KEY}\x01"
+_WAIT_TRUE = f"\x02{Property.WAIT}\x01true\x02"
 
 
 class SendRequests:
@@ -64,10 +68,12 @@ class SendRequests:
                 validate_topic(message.topic)
             except IllegalTopicError as exc:
                 raise MessageValidationError(str(exc)) from None
+            if message.topic == AUTO_CREATE_TOPIC_KEY:
+                raise MessageValidationError(
+                    f"the topic {message.topic} is reserved by the system")
+            # Only topics a message may be sent to: _prepare skips validation for these.
             if len(self._valid_topics) < 10_000:
                 self._valid_topics.add(message.topic)
-        if message.topic == AUTO_CREATE_TOPIC_KEY:
-            raise MessageValidationError(f"the topic {message.topic} is reserved by the system")
         if not message.body:
             raise MessageValidationError("the message body is empty")
         if len(message.body) > self.max_message_size:
@@ -77,12 +83,31 @@ class SendRequests:
 
     def _prepare(self, message: Message) -> tuple[bytes, int, str]:
         """Body as sent, sysFlag, property string; sets UNIQ_KEY and WAIT."""
-        self._validate(message)
+        # What _validate checks, in one test for the common case (a Message to a topic
+        # already checked, its body within the limit): a pipelined send pays for every call.
+        if type(message) is not Message or message.topic not in self._valid_topics \
+                or not message.body or len(message.body) > self.max_message_size:
+            self._validate(message)
         props = message.properties
-        if Property.UNIQ_KEY not in props:
-            props[Property.UNIQ_KEY] = unique_ids.next()
-        props.setdefault(Property.WAIT, "true")
         body = message.body
+        if props:
+            if Property.UNIQ_KEY not in props:
+                props[Property.UNIQ_KEY] = unique_ids.next()
+            props.setdefault(Property.WAIT, "true")
+            encoded = encode_properties(props)
+            # Bytes on the wire; an ASCII string (nearly all) is as long as its encoding.
+            props_size = len(encoded) if encoded.isascii() else len(encoded.encode())
+            if props_size > MAX_PROPERTIES_SIZE:
+                raise MessageValidationError(
+                    f"the message properties are over {MAX_PROPERTIES_SIZE} bytes")
+        else:
+            # A message without properties of its own gets these two, whose encoding is
+            # known (encode_properties would give the same string).
+            unique_id = unique_ids.next()
+            props[Property.UNIQ_KEY] = unique_id
+            props[Property.WAIT] = "true"
+            encoded = f"{_UNIQ_KEY_PREFIX}{unique_id}{_WAIT_TRUE}"
+            props_size = len(encoded)
         sysflag = 0
         if len(body) >= self.compress_over:
             # Kept only when smaller: a body that does not compress (random or already
@@ -92,13 +117,9 @@ class SendRequests:
             if len(compressed) < len(body):
                 body = compressed
                 sysflag |= SysFlag.COMPRESSED
-        encoded = encode_properties(props)
-        # Bytes on the wire; an ASCII string (nearly all) is as long as its encoding.
-        props_size = len(encoded) if encoded.isascii() else len(encoded.encode())
-        if props_size > MAX_PROPERTIES_SIZE:
-            raise MessageValidationError(
-                f"the message properties are over {MAX_PROPERTIES_SIZE} bytes")
-        self._check_frame(message.topic, len(body), props_size, "the message body")
+        if len(body) + props_size + len(self.group) + 2 * len(message.topic) + _HEADER_ROOM \
+                > MAX_FRAME_SIZE:
+            self._check_frame(message.topic, len(body), props_size, "the message body")
         return body, sysflag, encoded
 
     def _check_frame(self, topic: str, body_size: int, props_size: int, what: str) -> None:
