@@ -48,6 +48,7 @@ from ..store.errors import (
     SlaveNotWritableError,
     StoreClosedError,
 )
+from ..store.messages import batch_totals
 from .clients import ClientTable
 from .config import BrokerConfig
 from .delay import delay_level_of, is_delayable, to_schedule
@@ -118,6 +119,10 @@ _STATUS_CODES = {PutStatus.PUT_OK: ResponseCode.SUCCESS,
                  PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
                  PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT}
 
+#: Looked up once: an enum's members cost a class attribute look-up each time.
+_PUT_OK, _SUCCESS = PutStatus.PUT_OK, ResponseCode.SUCCESS
+_SEND_BATCH = RequestCode.SEND_BATCH_MESSAGE
+
 _TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
                      Property.TIMER_DELAY_MS)
 
@@ -180,24 +185,26 @@ class SendProcessor:
         with them at the end of the loop iteration and answered then (_append_queued)."""
         config = self.config
         ext = cmd.ext_fields
-        names = _V2_KEYS if cmd.code in V2_CODES else _LONG_KEYS
-        topic = ext.get(names.topic) or ""
+        get = ext.get
+        code = cmd.code
+        names = _V2_KEYS if code in V2_CODES else _LONG_KEYS
+        topic = get(names.topic) or ""
         if not config.brokerPermission & Perm.WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{config.brokerName}] sending message "
                                        "is forbidden")
         try:
-            queue_id = int(ext.get(names.queue_id) or 0)
-            sysflag = int(ext.get(names.sysflag) or 0)
-            born = int(ext.get(names.born) or 0)
-            flag = int(ext.get(names.flag) or 0)
-            reconsume = int(ext.get(names.reconsume) or 0)
+            queue_id = int(get(names.queue_id) or 0)
+            sysflag = int(get(names.sysflag) or 0)
+            born = int(get(names.born) or 0)
+            flag = int(get(names.flag) or 0)
+            reconsume = int(get(names.reconsume) or 0)
         except ValueError:
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
         # The record stores them as Java ints and a long: refused here, never by the store.
-        low, high = _INT
-        if not (low <= queue_id <= high and low <= sysflag <= high and low <= flag <= high
-                and low <= reconsume <= high and JAVA_LONG_MIN <= born <= JAVA_LONG_MAX):
+        if (min(queue_id, sysflag, flag, reconsume) < JAVA_INT_MIN
+                or max(queue_id, sysflag, flag, reconsume) > JAVA_INT_MAX
+                or not JAVA_LONG_MIN <= born <= JAVA_LONG_MAX):
             return cmd.response(ResponseCode.INVALID_PARAMETER, remark=_bad_header(ext, names))
         # The host flags are the broker's to set, from the socket, as RocketMQ's are: a
         # client's IPv6 bits on the IPv4 hosts stored here would make the record unreadable.
@@ -209,7 +216,7 @@ class SendProcessor:
             except IllegalTopicError as exc:
                 return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
             topic_config = self.topics.create_in_send(
-                topic, ext.get(names.default_topic) or "TBW102",
+                topic, get(names.default_topic) or "TBW102",
                 int_value(ext, names.default_queue_nums, 4))
             if topic_config is None:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
@@ -225,14 +232,13 @@ class SendProcessor:
                                 remark=f"request queueId[{queue_id}] is illegal, topic "
                                        f"{topic} has {topic_config.write_queue_nums} write "
                                        "queues")
-        props = ext.get(names.properties) or ""
+        props = get(names.properties) or ""
         attrs = conn.attributes
         born_host = attrs.get("peer_ip")
         if born_host is None:
             born_host = attrs["peer_ip"] = _peer_ip(conn.peer[0])
         born_port = conn.peer[1]
-        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
-            (ext.get(names.batch) or "").lower() in ("true", "1"))
+        batch = code == _SEND_BATCH or (get(names.batch) or "").lower() in ("true", "1")
         message: StoreMessage | BatchMessage
         if batch and sysflag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED:
             # As RocketMQ's store refuses it: a batch's elements would be stored visible.
@@ -245,11 +251,10 @@ class SendProcessor:
                                    born_timestamp=born, born_host=born_host,
                                    born_port=born_port, reconsume_times=reconsume)
         else:
-            reply_queue_id = queue_id
             try:
                 max_reconsume = (int_value(ext, names.max_reconsume)
-                                 if ext.get(names.max_reconsume) else None)
-                topic, queue_id, props, sysflag = self.transform(
+                                 if get(names.max_reconsume) else None)
+                topic, stored_queue, props, sysflag = self.transform(
                     topic, queue_id, props, sysflag, reconsume, max_reconsume)
             except SendRefused as exc:
                 return cmd.response(exc.code, remark=str(exc))
@@ -258,12 +263,11 @@ class SendProcessor:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                     remark=f"message properties are {len(raw_props)} "
                                            f"bytes; the limit is {MAX_PROPERTIES_SIZE}")
-            message = StoreMessage(topic, cmd.body, queue_id, properties=raw_props,
+            message = StoreMessage(topic, cmd.body, stored_queue, properties=raw_props,
                                    flag=flag, sysflag=sysflag, born_timestamp=born,
                                    born_host=born_host, born_port=born_port,
                                    reconsume_times=reconsume)
-            queue_id = reply_queue_id
-        reply = not batch and cmd.code in _REPLY_CODES
+        reply = not batch and code in _REPLY_CODES
         if not batch and not reply and (self._queued or conn.more_to_serve):
             # Appended with the other sends of this loop iteration, by _append_queued.
             self._queued.append((conn, cmd, message, queue_id))
@@ -274,7 +278,7 @@ class SendProcessor:
             self._append_queued()  # the sends that came first are stored first
         if reply:
             return self._reply(cmd, ext, names, message)  # type: ignore[arg-type]
-        store = self.store
+        store = self._store()
         if store.config.answers_when_safe:
             return self._put_async(cmd, message, queue_id, batch)
         try:
@@ -544,17 +548,18 @@ class SendProcessor:
         """The answer: where the message (a batch's first) landed, the offset ids, and the
         transaction id (the request's UNIQ_KEY, a batch's own for a batch)."""
         first = results[0]
-        code = _STATUS_CODES[first.status]
+        status = first.status
         uniq = property_value(message.properties, b"UNIQ_KEY")
-        self.stats.put(len(results), message.topic, sum(r.size for r in results))
-        return cmd.response_text(code, {
-            "msgId": ",".join([r.msg_id for r in results]) if batch else first.msg_id,
-            "queueId": str(queue_id),
-            "queueOffset": str(first.queue_offset),
-            "transactionId": uniq.decode() if uniq else "",
-            "MSG_REGION": self.region,
-            "TRACE_ON": self.trace_on,
-        })
+        if batch:
+            size, msg_id = batch_totals(results)
+            self.stats.put(len(results), message.topic, size)
+        else:
+            msg_id = first.msg_id
+            self.stats.put(1, message.topic, first.size)
+        return cmd.response_text(_SUCCESS if status is _PUT_OK else _STATUS_CODES[status], {
+            "msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(first.queue_offset),
+            "transactionId": uniq.decode() if uniq else "", "MSG_REGION": self.region,
+            "TRACE_ON": self.trace_on})
 
 
 def store_refusal(exc: Exception, processor: SendProcessor | None = None) -> SendRefused:

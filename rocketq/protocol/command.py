@@ -29,7 +29,6 @@ FLAG_ONEWAY = 2
 
 _LENGTHS = struct.Struct(">ii")
 _LENGTH = struct.Struct(">i")
-_STR_ONLY = {str}
 _BINARY_FIXED = struct.Struct(">hbhii")
 _LANGUAGE_NAMES = {c.value: c.name for c in LanguageCode}
 _LANGUAGE_VALUES = {c.name: c.value for c in LanguageCode}
@@ -154,13 +153,13 @@ class RemotingCommand:
                 f"{' remark=' + repr(self.remark) if self.remark else ''})")
 
 
-def _new_command() -> RemotingCommand:
-    return RemotingCommand.__new__(RemotingCommand)
+#: A command without __init__: the decoders and shortcuts set every slot themselves.
+_new_command = RemotingCommand.__new__
 
 
 def _text_command(code: int, ext_fields: dict[str, str], body: bytes, opaque: int,
                   flag: int) -> RemotingCommand:
-    cmd = _new_command()
+    cmd = _new_command(RemotingCommand)
     cmd.code = code
     cmd.ext_fields = ext_fields
     cmd.body = body
@@ -255,7 +254,7 @@ def _decode_json_header(header: memoryview | bytes) -> RemotingCommand:
     if type(data) is not dict:
         raise ProtocolError("header is not a JSON object")
     get = data.get
-    cmd = _new_command()
+    cmd = _new_command(RemotingCommand)
     cmd.code = code = get("code")
     cmd.opaque = opaque = get("opaque", 0)
     cmd.flag = flag = get("flag", 0)
@@ -270,9 +269,11 @@ def _decode_json_header(header: memoryview | bytes) -> RemotingCommand:
     if ext:
         if type(ext) is not dict:
             raise ProtocolError("extFields is not an object")
-        if {*map(type, ext.values())} != _STR_ONLY:
+        try:
+            "".join(ext.values())  # the one check of all values at once: are they str?
+        except TypeError:
             # C++ clients send some numbers bare; everything is a string from here on.
-            ext = {str(k): _text(v) for k, v in ext.items() if v is not None}
+            ext = {k: _text(v) for k, v in ext.items() if v is not None}
         cmd.ext_fields = ext
     else:
         cmd.ext_fields = {}
@@ -347,7 +348,12 @@ class FrameDecoder:
         if type(data) is not bytes:
             data = bytes(data)
         buf = self._buffer
-        if buf:
+        if not buf:
+            # The usual read of a request-at-a-time peer: one whole frame, decoded at once.
+            size = len(data)
+            if size >= 8 and _LENGTH.unpack_from(data)[0] == size - 4 <= self.max_frame:
+                return [_decode(data, 4, size)]
+        else:
             buf += data
             if len(buf) < 4:
                 return []

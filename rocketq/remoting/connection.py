@@ -255,8 +255,8 @@ class Connection(asyncio.Protocol):
         """Write a command (a response, or a request whose answer nobody awaits)."""
         if self.observer is not None and cmd.flag & 1:
             self._observe(cmd)
-        if self.is_open:
-            assert self.transport is not None
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
             if cmd.body_parts is not None:
                 self.send_with_body(cmd, cmd.body_parts)
             else:
@@ -291,9 +291,8 @@ class Connection(asyncio.Protocol):
             self._out_size = 0
             if not self._reading:  # else data_received writes when it is done
                 self.loop.call_soon(self.flush)
-        out.extend(chunks)
-        for chunk in chunks:
-            self._out_size += len(chunk)
+        out += chunks
+        self._out_size += sum(map(len, chunks))
         if len(out) >= FLUSH_CHUNKS or self._out_size >= FLUSH_BYTES:
             # Long bursts go out in parts, so the peer starts on the first frames while the
             # rest are being made: both sides then work at once instead of taking turns.
@@ -302,8 +301,9 @@ class Connection(asyncio.Protocol):
     def flush(self) -> None:
         """Write what is queued now (normally done at the end of the read or iteration)."""
         out, self._out = self._out, None
-        if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(out)
+        transport = self.transport
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is over its high-water mark."""
