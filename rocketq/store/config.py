@@ -43,6 +43,20 @@ class MessageStoreConfig:
     flushIntervalConsumeQueue: int = 1000  # ms
     flushCommitLogThoroughInterval: int = 10_000  # ms
     syncFlushTimeout: int = 5000  # ms, SYNC_FLUSH: FLUSH_DISK_TIMEOUT after this
+    #: RocketMQ's key (and its spelling): write zeros over the CommitLog's current file ahead
+    #: of the appends (``warmMappedFileAheadSize`` bytes) and sync them, so that a SYNC_FLUSH
+    #: fdatasync finds its blocks written already and commits no filesystem journal for them.
+    #: Unset (None): on with SYNC_FLUSH; off with ASYNC_FLUSH, where it only doubles writes.
+    warmMapedFileEnable: bool | None = None
+    #: How far ahead of the CommitLog's write position the zeros go (bytes, at least 2 MiB).
+    warmMappedFileAheadSize: int = 4 << 20
+    #: Append to the CommitLog with ``pwrite`` rather than by copying into its mapping (as
+    #: RocketMQ's ``putConsumeQueueDataByFileChannel`` does for ConsumeQueues), appends of
+    #: 2 KiB or more (``mapped_file.PWRITE_MIN_SIZE``); readers still read the mapping. An
+    #: fdatasync then has no mapped pages to write-protect, which pays with SYNC_FLUSH; with
+    #: ASYNC_FLUSH the system calls cost more than the copy. Unset (None): on with
+    #: SYNC_FLUSH, off with ASYNC_FLUSH.
+    putCommitLogDataByFileChannel: bool | None = None
     fileReservedTime: int = 72  # hours
     deleteWhen: str = "04"  # hours of the day, ';'-separated
     diskMaxUsedSpaceRatio: int = 75  # percent: above it, expired files go at once
@@ -111,6 +125,13 @@ class MessageStoreConfig:
         if self.brokerRole not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
             raise ValueError(f"brokerRole must be {ASYNC_MASTER}, {SYNC_MASTER} or {SLAVE}, "
                              f"not {self.brokerRole!r}")
+        if self.warmMapedFileEnable is None:
+            self.warmMapedFileEnable = self.sync_flush
+        if self.putCommitLogDataByFileChannel is None:
+            self.putCommitLogDataByFileChannel = self.sync_flush
+        if self.warmMappedFileAheadSize < 2 << 20:
+            raise ValueError("warmMappedFileAheadSize must be at least 2097152 (2 MiB), not "
+                             f"{self.warmMappedFileAheadSize}")
         if self.haListenPort < 0:
             self.haListenPort = self.listenPort + 1 if self.listenPort else 0
         for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxMessageSize",
@@ -220,7 +241,7 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _convert(key: str, type_name: Any, value: Any) -> Any:
-    type_name = str(type_name)
+    type_name = str(type_name).removesuffix(" | None")
     if isinstance(value, str):
         if type_name == "int":
             try:

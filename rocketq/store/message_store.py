@@ -41,7 +41,7 @@ from .config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
 from .errors import DiskFullError, SlaveNotWritableError, StoreClosedError
-from .flush import CommitLogFlusher, GroupCommit
+from .flush import CommitLogFlusher, CommitLogWarmer, GroupCommit
 from .housekeeping import Housekeeping
 from .index import Index
 from .lock import StoreLock
@@ -100,6 +100,8 @@ class MessageStore(MessageLookups, Housekeeping):
         self._near_full = False
         self._next_put_check = 0.0
         self.commitlog = CommitLog(config)
+        self.commitlog.files.set_write_mode(pwrite=bool(config.putCommitLogDataByFileChannel),
+                                            zero_ahead=bool(config.warmMapedFileEnable))
         self.queues = ConsumeQueueTable(config.store_path_consume_queue,
                                         config.mappedFileSizeConsumeQueue)
         self.index = Index(config.store_path_index, config.maxHashSlotNum, config.maxIndexNum)
@@ -190,8 +192,12 @@ class MessageStore(MessageLookups, Housekeeping):
         self._stop.clear()
         self.running = True
         self.dispatcher.start()
-        for name, target in (("commitlog-flusher", lambda: self._flusher.run(self._stop)),
-                             ("housekeeper", self._housekeeping_loop)):
+        parts = [("commitlog-flusher", lambda: self._flusher.run(self._stop)),
+                 ("housekeeper", self._housekeeping_loop)]
+        if cfg.warmMapedFileEnable:
+            warmer = CommitLogWarmer(self.commitlog.files, cfg.warmMappedFileAheadSize)
+            parts.append(("commitlog-warmer", lambda: warmer.run(self._stop)))
+        for name, target in parts:
             t = threading.Thread(target=target, name=f"rocketq-store-{name}", daemon=True)
             t.start()
             self._threads.append(t)
