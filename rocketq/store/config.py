@@ -53,10 +53,10 @@ class MessageStoreConfig:
     #: Append to the CommitLog with ``pwrite`` rather than by copying into its mapping (as
     #: RocketMQ's ``putConsumeQueueDataByFileChannel`` does for ConsumeQueues), appends of
     #: 2 KiB or more (``mapped_file.PWRITE_MIN_SIZE``); readers still read the mapping. An
-    #: fdatasync then has no mapped pages to write-protect, which pays with SYNC_FLUSH; with
-    #: ASYNC_FLUSH the system calls cost more than the copy. Unset (None): on with
-    #: SYNC_FLUSH, off with ASYNC_FLUSH.
-    putCommitLogDataByFileChannel: bool | None = None
+    #: fdatasync then has no mapped pages to write-protect (SYNC_FLUSH), and no append takes
+    #: the page faults of a never-written mapped page with the interpreter lock held (a
+    #: broker fed batches spends less CPU per message with either flush type).
+    putCommitLogDataByFileChannel: bool = True
     fileReservedTime: int = 72  # hours
     deleteWhen: str = "04"  # hours of the day, ';'-separated
     diskMaxUsedSpaceRatio: int = 75  # percent: above it, expired files go at once
@@ -127,8 +127,6 @@ class MessageStoreConfig:
                              f"not {self.brokerRole!r}")
         if self.warmMapedFileEnable is None:
             self.warmMapedFileEnable = self.sync_flush
-        if self.putCommitLogDataByFileChannel is None:
-            self.putCommitLogDataByFileChannel = self.sync_flush
         if self.warmMappedFileAheadSize < 2 << 20:
             raise ValueError("warmMappedFileAheadSize must be at least 2097152 (2 MiB), not "
                              f"{self.warmMappedFileAheadSize}")

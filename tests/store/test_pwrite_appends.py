@@ -79,7 +79,7 @@ def test_the_write_path_keys_follow_the_flush_type_unless_given(tmp_path):
     assert sync.warmMapedFileEnable is True and sync.putCommitLogDataByFileChannel is True
     asynchronous = MessageStoreConfig(storePathRootDir=root)
     assert asynchronous.warmMapedFileEnable is False
-    assert asynchronous.putCommitLogDataByFileChannel is False
+    assert asynchronous.putCommitLogDataByFileChannel is True
     given = MessageStoreConfig.from_dict({
         "storePathRootDir": root, "flushDiskType": "SYNC_FLUSH",
         "warmMapedFileEnable": "false", "putCommitLogDataByFileChannel": "false",
@@ -87,18 +87,18 @@ def test_the_write_path_keys_follow_the_flush_type_unless_given(tmp_path):
     assert given.warmMapedFileEnable is False and given.putCommitLogDataByFileChannel is False
     assert given.warmMappedFileAheadSize == 32 << 20
     asked = MessageStoreConfig.from_dict({"storePathRootDir": root,
-                                          "putCommitLogDataByFileChannel": "true"})
-    assert asked.putCommitLogDataByFileChannel is True and asked.warmMapedFileEnable is False
+                                          "putCommitLogDataByFileChannel": "false"})
+    assert asked.putCommitLogDataByFileChannel is False and asked.warmMapedFileEnable is False
     with pytest.raises(ValueError, match="warmMapedFileEnable must be true or false"):
         MessageStoreConfig.from_dict({"storePathRootDir": root, "warmMapedFileEnable": "yes!"})
     with pytest.raises(ValueError, match="warmMappedFileAheadSize must be at least"):
         MessageStoreConfig(storePathRootDir=root, warmMappedFileAheadSize=4096)
 
 
-def test_an_async_flush_store_writes_through_the_mapping_and_warms_nothing(tmp_path):
+def test_an_async_flush_store_writes_batches_with_pwrite_and_warms_nothing(tmp_path):
     with MessageStore(small_config(tmp_path / "store")) as store:
         store.put_message(StoreMessage.create("T", b"mapped", 0))
         files = store.commitlog.files
-        assert not files.pwrite and files.last.write_lock is None
+        assert files.pwrite and files.last.write_lock is None
         names = {t.name for t in store._threads}
         assert "rocketq-store-commitlog-warmer" not in names
