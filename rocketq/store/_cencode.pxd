@@ -84,3 +84,11 @@ cdef void _copy_from(unsigned char[::1] dst, Py_ssize_t at, const unsigned char*
 @cython.locals(crc=cython.uint, i=cython.Py_ssize_t)
 cdef unsigned int _crc32_of(const unsigned char* b, Py_ssize_t n,
                             const unsigned int[::1] table) noexcept nogil
+
+@cython.locals(width=cython.Py_ssize_t)
+cpdef str msg_ids(bytes prefix, const long long[::1] offsets, Py_ssize_t n)
+
+@cython.locals(i=cython.Py_ssize_t, at=cython.Py_ssize_t, v=cython.longlong,
+               j=cython.Py_ssize_t, d=cython.longlong)
+cdef void _fill_ids(unsigned char[::1] out, const unsigned char* prefix, Py_ssize_t p,
+                    const long long[::1] offsets, Py_ssize_t n) noexcept nogil

@@ -360,3 +360,35 @@ def _crc32_of(b, n, table):
         crc = table[(crc ^ b[i]) & 0xFF] ^ (crc >> 8)
         i += 1
     return crc ^ _MASK32
+
+
+# ------------------------------------------------------------------------------ answers
+
+
+def msg_ids(prefix, offsets, n):
+    """The offset message ids of the first ``n`` CommitLog offsets, comma-separated: each is
+    ``prefix`` (the store host and port in hex, ASCII bytes) and the offset as 16 uppercase
+    hex digits, as ``PutResult.msg_id`` formats one (a batch send's answer)."""
+    if n < 0 or n > len(offsets):
+        raise ValueError("msg_ids: n out of range")
+    width = len(prefix) + 17  # the id and its comma
+    out = bytearray(n * width - 1 if n else 0)
+    _fill_ids(out, prefix, len(prefix), offsets, n)
+    return out.decode("ascii")
+
+
+def _fill_ids(out, prefix, p, offsets, n):
+    i = 0
+    while i < n:
+        at = i * (p + 17)
+        if i:
+            out[at - 1] = 44  # ","
+        _copy_from(out, at, prefix, p)
+        v = offsets[i]
+        j = 15
+        while j >= 0:
+            d = v & 15
+            out[at + p + j] = 48 + d if d < 10 else 55 + d
+            v >>= 4
+            j -= 1
+        i += 1

@@ -12,6 +12,7 @@ from typing import overload
 
 from ..protocol import MessageRecord, encode_properties
 from ..protocol.message import host_to_bytes
+from . import records
 
 
 class StoreMessage:
@@ -190,8 +191,7 @@ class BatchResults(Sequence[PutResult]):
     @property
     def msg_ids(self) -> str:
         """The elements' offset message ids, comma-separated (a batch send's answer)."""
-        prefix = self._prefix
-        return ",".join([f"{prefix}{o:016X}" for o in self.offsets])
+        return records.encoder.msg_ids(self._prefix.encode(), self.offsets, self._n)
 
     @property
     def total_size(self) -> int:

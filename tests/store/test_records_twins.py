@@ -20,7 +20,7 @@ from rocketq.protocol.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from rocketq.store import _encode as pure_encode
 from rocketq.store import _records as pure
 from rocketq.store import records
-from rocketq.store.commitlog import BatchMessage, CommitLog, StoreMessage
+from rocketq.store.commitlog import BatchMessage, CommitLog, PutResult, PutStatus, StoreMessage
 from rocketq.store.consumequeue import ConsumeQueue
 from rocketq.store.dispatch import Dispatcher
 from rocketq.store.errors import MessageIllegalError
@@ -402,3 +402,15 @@ def test_encoder_twins_agree_on_messages(batch, free):
         outcomes.append((checked, counts, encoded, bytes(dst), queue_offsets,
                          *(a.tolist() for a in out)))
     assert outcomes[0] == outcomes[1]
+
+
+@needs_compiled
+@examples
+@given(st.lists(st.integers(0, (1 << 63) - 1), max_size=40), st.binary(max_size=20))
+def test_msg_id_twins_format_what_put_result_formats(offsets, prefix):
+    prefix = prefix.hex().upper().encode()[:16]
+    packed = array("q", offsets)
+    expected = ",".join(PutResult(PutStatus.PUT_OK, o, 1, 0, 0, prefix.decode()).msg_id
+                        for o in offsets)
+    assert pure_encode.msg_ids(prefix, packed, len(offsets)) == expected
+    assert compiled_encode.msg_ids(prefix, packed, len(offsets)) == expected
