@@ -7,7 +7,7 @@ cdef extern from "zlib.h":
     unsigned long _zlib_crc32 "crc32"(unsigned long crc, const unsigned char* buf,
                                       unsigned int n) nogil
 
-cdef long long _MAGIC_V1, _MAGIC_V2, _TRAN_MASK, _PREPARED, _ROLLBACK, _V6_HOSTS, _MAX_INT
+cdef long long _MAGIC_V1, _MAGIC_V2, _TRAN_MASK, _PREPARED, _ROLLBACK, _V6_HOSTS, _MAX_INT, _MAX_LL
 cdef Py_ssize_t _HEADER_SIZE, _OVERHEAD, _UNIT, _RUN, _INDEX_HEADER, _SLOTS
 cdef int _DONE, _FULL, _NEEDS_PYTHON, _NOT_A_RECORD
 cdef long long _MASK32, _MIN32, _WRAP32
@@ -84,7 +84,8 @@ cpdef Py_ssize_t work_size(Py_ssize_t units)
 
 @cython.locals(written=cython.Py_ssize_t, new_slots=cython.Py_ssize_t,
                entries_at=cython.Py_ssize_t, h=cython.longlong, slot_at=cython.Py_ssize_t,
-               prev=cython.longlong, diff=cython.longlong, at=cython.Py_ssize_t)
+               prev=cython.longlong, diff=cython.longlong, at=cython.Py_ssize_t,
+               t=cython.longlong)
 cpdef tuple index_put(unsigned char[::1] view, long long slot_num, long long index_num,
                       long long count, long long begin_ts, const long long[::1] hashes,
                       const long long[::1] offsets, const long long[::1] times,

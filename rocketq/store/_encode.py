@@ -161,12 +161,16 @@ def batch_encode(dst, w, body, pos, k, count, topic, suffix, free, phys, queue_i
             flag = _i32(body, pos + 12)
             body_len = _i32(body, pos + 16)
             body_at = pos + 20
+            if body_len < 0 or body_at + body_len + 2 > len(body):
+                break  # not what batch_check passed: leave it to the caller's checks
             props_at = body_at + body_len + 2
             props_len = (body[props_at - 2] << 8) | body[props_at - 1]
-            if body_len < 0 or props_at + props_len > len(body):
-                break  # not what batch_check passed: leave it to the caller's checks
+            if props_at + props_len > len(body):
+                break
             sep = 1 if extra and props_len and body[props_at + props_len - 1] != 2 else 0
             stored = props_len + sep + extra
+            if stored > 0xFFFF:
+                break  # PROPLEN is 2 bytes (batch_check refuses what is over the limit)
             size = _HEADER_SIZE + body_len + topic_len + 2 + stored
             if size + 8 > free or w + size > cap:
                 break
@@ -232,8 +236,11 @@ def messages_check(msgs, start, topic_parts, fixed, max_body, max_props, max_rec
     i = start
     while i < n:
         m = msgs[i]
-        body_len = len(m.body)
-        props_len = len(m.properties)
+        body = m.body
+        props = m.properties
+        # Bytes, not items: a buffer of wider items is counted as messages_encode copies it.
+        body_len = len(body) if type(body) is bytes else memoryview(body).nbytes
+        props_len = len(props) if type(props) is bytes else memoryview(props).nbytes
         if body_len > max_body:
             return 5, i, body_len
         if props_len > max_props:
@@ -270,6 +277,12 @@ def messages_encode(dst, w, msgs, k, topic_parts, free, phys, queue_offsets, sto
         m = msgs[k]
         body = m.body
         props = m.properties
+        # Plain bytes, so the compiled twin reads them through a pointer, and every length
+        # below is in bytes.
+        if type(body) is not bytes:
+            body = bytes(body)
+        if type(props) is not bytes:
+            props = bytes(props)
         topic = m.topic
         part = topic_parts[topic]
         size = _HEADER_SIZE + 2 + len(body) + len(part) + len(props)
@@ -284,11 +297,6 @@ def messages_encode(dst, w, msgs, k, topic_parts, free, phys, queue_offsets, sto
             key = (topic, queue_id)
             queue_offset = queue_offsets.get(key, 0)
             queue_offsets[key] = queue_offset + 1
-        # Plain bytes, so the compiled twin reads them through a pointer.
-        if type(body) is not bytes:
-            body = bytes(body)
-        if type(props) is not bytes:
-            props = bytes(props)
         born_host = m.born_host
         if type(born_host) is not bytes:
             born_host = bytes(born_host)

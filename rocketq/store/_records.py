@@ -59,6 +59,7 @@ _MASK32 = 0xFFFFFFFF
 _MIN32 = 0x80000000
 _WRAP32 = 0x100000000
 _MAX_INT = 0x7FFFFFFF
+_MAX_LL = 0x7FFFFFFFFFFFFFFF
 _INDEX_HEADER = 40
 
 
@@ -234,7 +235,7 @@ def scan(log, pos, stop, base, validate, index, index_from, schedule_topic, time
     slot_at = 5 * unit_cap
     nslots = 0
     last_slot = -1
-    key_cap = len(hashes)
+    key_cap = min(len(hashes), len(offsets), len(times))
     sched_len = len(schedule_topic)
     timer_len = len(timer_topic)
     count = 0
@@ -453,11 +454,14 @@ def index_put(view, slot_num, index_num, count, begin_ts, hashes, offsets, times
             if prev <= 0 or prev > count:
                 prev = 0
                 new_slots += 1
-            diff = times[start + written] - begin_ts
-            if diff < 0:
+            t = times[start + written]
+            # Compared before subtracting: a hostile timestamp must not overflow.
+            if t <= begin_ts:
                 diff = 0
+            elif begin_ts < 0 and t > begin_ts + _MAX_LL:
+                diff = _MAX_INT
             else:
-                diff = diff // 1000
+                diff = (t - begin_ts) // 1000
                 if diff > _MAX_INT:
                     diff = _MAX_INT
             at = entries_at + count * 20

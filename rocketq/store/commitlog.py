@@ -353,6 +353,8 @@ class CommitLog:
             stored = props_len + len(tail)
             size = fixed + body_len + stored
             if size + END_FILE_MIN_BLANK_LENGTH > free:
+                if counted:  # the records sealed below hold these offsets, whatever follows
+                    self.queue_offsets[key] = queue_offset
                 f, base, free = self._seal(f, free, parts)
             extend(record_parts(size, queue_id, flag, queue_offset, base, sysflag, born_ts,
                                 born_host, born_port, now, store_host, store_port, reconsume,
@@ -376,10 +378,12 @@ class CommitLog:
         """:meth:`append_batch` through the compiled encoder: one call checks the batch,
         one call per file writes its records (the interpreter lock released meanwhile)."""
         impl = records.encoder
-        topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
         body, suffix = batch.body, batch.suffix
+        # The topic field's length only moves the record size limit; it is looked up (and
+        # the topic checked) after the batch's own errors, as the Python path reports them.
+        topic_len = len(batch.topic.encode()) + 1
         n, error, at, value = impl.batch_check(
-            body, len(suffix), RECORD_FIXED_SIZE + len(topic_part), self._max_body,
+            body, len(suffix), RECORD_FIXED_SIZE + topic_len, self._max_body,
             MAX_PROPERTIES_SIZE, self._max_record)
         if error in _BATCH_ERRORS:
             raise MessageIllegalError(
@@ -388,6 +392,7 @@ class CommitLog:
             raise MessageIllegalError("empty batch")
         if batch.queue_id < 0:
             raise MessageIllegalError(f"queue id {batch.queue_id} is negative")
+        topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
         if error == 5:
             raise MessageTooLargeError(
                 f"message body is {value} bytes; maxMessageSize is {self._max_body}")
@@ -432,6 +437,8 @@ class CommitLog:
                 break
             if done == k and w == 0 and f.wrote_position == 0:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
+            if counted:  # the records written hold these offsets, whatever follows
+                self.queue_offsets[key] = queue_offset
             f, base, free = self._seal(f, free, [])
             k = done
         if counted:

@@ -230,7 +230,10 @@ class IndexFile:
         if self.index_count <= 1:
             self.begin_timestamp = times[start]
             self.begin_phy_offset = offsets[start]
-        written, new_slots = put(self.file.view, self.slot_num, self.index_num,
+        # The mapping itself, not its memoryview: a compiled ``put`` holds a buffer export
+        # while it runs without the interpreter lock, and closing a mapping that is exported
+        # is a pending close, where releasing an exported memoryview would be an error.
+        written, new_slots = put(self.file.mm, self.slot_num, self.index_num,
                                  self.index_count, self.begin_timestamp, hashes, offsets,
                                  times, start, n)
         if written:

@@ -19,6 +19,7 @@ dispatched one at a time by the reference loop, so both paths share every rule.
 from __future__ import annotations
 
 import importlib
+import mmap
 import os
 from array import array
 from types import ModuleType
@@ -90,12 +91,13 @@ class CompiledDispatch:
             if pos >= stop:
                 break  # the file's end so far: nothing to read yet
             room = min(limit - count, self.capacity)
+            # The mapping itself (see IndexFile.put_hashed): the scan holds an export of it.
             new_pos, n, nruns, nkeys, status = scan(
-                f.view, pos, stop, base, validate, index is not None, index_from, _SCHEDULE,
+                f.mm, pos, stop, base, validate, index is not None, index_from, _SCHEDULE,
                 _TIMER, units[:room * _UNIT], self.runs, self.hashes, self.offsets, self.times,
                 self.tmp, self.work)
             if nruns:
-                self._write_runs(d, f.view, nruns, grown)
+                self._write_runs(d, f.mm, nruns, grown)
             if nkeys:
                 d.write_index(self.hashes, self.offsets, self.times, nkeys, base + new_pos,
                               self.module.index_put)
@@ -119,7 +121,7 @@ class CompiledDispatch:
         d.reput_offset = offset
         return count, grown
 
-    def _write_runs(self, d: Dispatcher, view: memoryview, nruns: int,
+    def _write_runs(self, d: Dispatcher, view: mmap.mmap, nruns: int,
                     grown: dict[tuple[str, int], int]) -> None:
         runs = self.runs
         units = memoryview(self.units)

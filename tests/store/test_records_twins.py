@@ -414,3 +414,28 @@ def test_msg_id_twins_format_what_put_result_formats(offsets, prefix):
                         for o in offsets)
     assert pure_encode.msg_ids(prefix, packed, len(offsets)) == expected
     assert compiled_encode.msg_ids(prefix, packed, len(offsets)) == expected
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_a_batch_cut_short_by_a_full_disk_keeps_the_queue_offsets_it_wrote(tmp_path, path):
+    from rocketq.store.errors import DiskFullError
+
+    log = CommitLog(small_config(tmp_path, mappedFileSizeCommitLog=8192))
+    if path == "python":
+        log._scratch = None
+    body = encode_batch([(0, b"x" * 100, b"") for _ in range(40)])
+    assert len(log.append_batch(BatchMessage("T", body, 0))) == 40
+    real_create = log.files.create
+
+    def full(offset: int):
+        raise DiskFullError(28, "no space left")
+
+    log.files.create = full
+    with pytest.raises(DiskFullError):
+        log.append_batch(BatchMessage("T", body, 0))  # crosses into a file that cannot be made
+    written = log.queue_offsets[("T", 0)]
+    assert 40 < written < 80  # the records sealed in the full file keep their offsets
+    log.files.create = real_create
+    results = log.append_batch(BatchMessage("T", body, 0))
+    assert results[0].queue_offset == written  # no offset is handed out twice
+    log.files.close()
