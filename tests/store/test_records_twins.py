@@ -218,6 +218,19 @@ def test_compiled_dispatch_builds_what_the_python_dispatcher_builds(appends, lim
 
 
 @needs_compiled
+@pytest.mark.parametrize("limit", [3, 50, 8192])
+def test_compiled_dispatch_hands_stretches_of_delayed_and_non_ascii_records_over(limit):
+    # Runs of records the scan leaves to the Python loop, long enough that it hands them
+    # over in stretches, then plain ones again.
+    delayed = [StoreMessage.create(SCHEDULE_TOPIC, b"d%d" % i, 2, keys=f"k{i}",
+                                   properties={"DELAY": str(1 + i % 3)}) for i in range(40)]
+    chinese = [StoreMessage.create("TopicA", b"c%d" % i, i % 2, tags="标签", keys=f"键{i}")
+               for i in range(30)]
+    plain = [StoreMessage.create("TopicA", b"p%d" % i, i % 2, tags="t") for i in range(20)]
+    dispatch_both([delayed, plain, chinese, plain, delayed], limit, False)
+
+
+@needs_compiled
 @pytest.mark.parametrize("limit", [7, 8192])
 def test_compiled_dispatch_groups_units_of_many_interleaved_queues(limit):
     # 3 topics x 30 queues, round-robin: more queues than one scan groups (it stops and goes
