@@ -22,12 +22,21 @@ from .test_service import receive
 pytestmark = pytest.mark.slow
 
 
-def standalone(tmp_path, ns_port, broker_port, grpc_port):
+def standalone(tmp_path, ports: tuple[int, int, int] | None = None):
+    """A standalone on ``ports`` (NameServer, broker, gRPC), or on fresh ones picked again if
+    another test takes one first; returns the process and its ports."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    return start(["standalone", "--data-dir", str(data), "--namesrv-port", str(ns_port),
-                  "--broker-port", str(broker_port), "--grpc-port", str(grpc_port),
-                  "-c", small_conf(tmp_path)], "connect clients")
+    chosen: list[tuple[int, int, int]] = []
+
+    def argv() -> list[str]:
+        ns_port, broker_port, grpc_port = ports or (free_port(), free_port(), free_port())
+        chosen.append((ns_port, broker_port, grpc_port))
+        return ["standalone", "--data-dir", str(data), "--namesrv-port", str(ns_port),
+                "--broker-port", str(broker_port), "--grpc-port", str(grpc_port),
+                "-c", small_conf(tmp_path)]
+
+    return start(argv, "connect clients"), chosen[-1]
 
 
 async def drain(client, group, topic, until: float) -> list[pb.Message]:
@@ -41,8 +50,8 @@ async def drain(client, group, topic, until: float) -> list[pb.Message]:
 
 
 def test_sigkill_with_messages_out(tmp_path):
-    ns_port, broker_port, grpc_port = free_port(), free_port(), free_port()
-    proc = standalone(tmp_path, ns_port, broker_port, grpc_port)
+    proc, ports = standalone(tmp_path)
+    ns_port, _broker_port, grpc_port = ports
     address = f"127.0.0.1:{grpc_port}"
 
     async def before():
@@ -71,7 +80,7 @@ def test_sigkill_with_messages_out(tmp_path):
     killed_at = time.monotonic()
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    proc = standalone(tmp_path, ns_port, broker_port, grpc_port)
+    proc, _ = standalone(tmp_path, ports)  # the same ports: the handles name this broker
     try:
         async def after():
             c = Client(address)
