@@ -40,3 +40,14 @@ def test_a_job_in_another_directory_finds_the_rocketq_format(servers, tmp_path):
     assert "DATA_SOURCE_NOT_FOUND" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ROWS ['a', 'b', 'c']" in proc.stdout
+
+
+def test_the_installed_pandas_is_one_pyspark_supports_without_a_warning():
+    # The ``spark`` extra bounds pandas below 3: with pandas 3 every Spark session warns.
+    import warnings
+
+    from pyspark.sql.pandas.utils import require_minimum_pandas_version
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        require_minimum_pandas_version()
