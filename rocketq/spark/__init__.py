@@ -17,6 +17,7 @@ Needs ``pyspark[sql]>=4.2`` (``pip install rocketq[spark]``).
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -105,6 +106,20 @@ def _topics(options: dict[str, str]) -> list[str]:
     return [t.strip() for t in _option(options, "topic").split(",") if t.strip()]
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(name: str, value: str) -> float:
+    """Seconds of a duration option: ``500ms``, ``30s``, ``15m``, ``1h``, or milliseconds."""
+    text = str(value).strip().lower()
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[:-len(unit)].strip().replace(".", "", 1).isdigit():
+            return float(text[:-len(unit)]) * _UNITS[unit]
+    if text.isdigit():
+        return int(text) / 1000
+    raise ValueError(f"{name} must be a duration such as 500ms, 30s or 15m, not {value!r}")
+
+
 def _flag(options: dict[str, str], name: str, default: str = "false") -> bool:
     value = _option(options, name, default).strip().lower()
     if value not in ("true", "false"):
@@ -175,8 +190,18 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.subscription = _option(options, "subscription", "*")
         self.addrs: dict[str, tuple[str, str, str, int]] = {}
         self.available_now: dict[str, int] | None = None
-        max_rows = options.get("maxmessagespertrigger")
+        # Kafka's names are accepted too: its users reach for them first.
+        max_rows = options.get("maxmessagespertrigger") or options.get("maxoffsetspertrigger")
         self.max_rows = int(max_rows) if max_rows else None
+        min_rows = options.get("minmessagespertrigger") or options.get("minoffsetspertrigger")
+        self.min_rows = int(min_rows) if min_rows else 0
+        self.max_delay = _duration("maxTriggerDelay", options.get("maxtriggerdelay", "15m"))
+        if (self.max_rows is not None and self.max_rows < 1) or self.min_rows < 0:
+            raise ValueError("maxMessagesPerTrigger must be at least 1 and "
+                             "minMessagesPerTrigger at least 0")
+        #: When the last micro-batch with messages was planned (minMessagesPerTrigger waits
+        #: at most maxTriggerDelay after it).
+        self._last_batch_at = time.monotonic()
         self.group = options.get("consumergroup")
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", "true")
         # A misspelt option fails when the query is defined, not at its first batch.
@@ -216,6 +241,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.available_now is not None:
             target = {k: min(v, self.available_now.get(k, v)) for k, v in target.items()}
         current = {k: int(start.get(k, queues[k][0])) for k in target}
+        if self.min_rows and self.available_now is None:
+            waiting = sum(max(0, v - current[k]) for k, v in target.items())
+            if (waiting < self.min_rows
+                    and time.monotonic() - self._last_batch_at < self.max_delay):
+                return dict(start)  # too few yet: no micro-batch until more or the delay
+        end_offsets = self._bounded(start, current, target, limit)
+        if any(int(v) > int(start.get(k, -1)) for k, v in end_offsets.items()):
+            self._last_batch_at = time.monotonic()
+        return end_offsets
+
+    def _bounded(self, start: dict[str, int], current: dict[str, int],
+                 target: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """The end offsets of the next micro-batch under ``limit``."""
         if isinstance(limit, ReadMaxRows):
             budget = limit.max_rows
             end = dict(current)

@@ -84,3 +84,50 @@ def test_a_timestamp_position_without_its_time_is_refused(ten):
     with pytest.raises(ValueError, match="startingOffsets=timestamp needs the option "
                                          "startingTimestamp"):
         ranges({**options, "startingOffsets": "timestamp"})
+
+
+def stream_reader(options: dict[str, str]) -> RocketMQStreamReader:
+    return RocketMQStreamReader({k.lower(): v for k, v in options.items()})
+
+
+def test_kafkas_max_offsets_per_trigger_bounds_a_micro_batch(ten):
+    options, _ = ten
+    reader = stream_reader({**options, "startingOffsets": "earliest",
+                            "maxOffsetsPerTrigger": "4"})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert [int(v) for v in end.values()] == [4]
+
+
+def test_min_offsets_per_trigger_waits_for_enough_or_for_the_delay(ten, servers):
+    options, _ = ten
+    reader = stream_reader({**options, "startingOffsets": "earliest",
+                            "minOffsetsPerTrigger": "12", "maxTriggerDelay": "1500ms"})
+    start = reader.initialOffset()
+    limit = reader.getDefaultReadLimit()
+    assert reader.latestOffset(start, limit) == start  # 10 waiting, 12 wanted: no batch
+    time.sleep(1.6)
+    first = reader.latestOffset(start, limit)  # the delay is up: what there is
+    assert [int(v) for v in first.values()] == [10]
+    assert reader.latestOffset(first, limit) == first  # nothing new, and the delay restarts
+    with Producer("pg", namesrv=servers.namesrv) as producer:
+        for i in range(12):
+            producer.send(Message("Offsets", b"n%d" % i))
+    assert [int(v) for v in reader.latestOffset(first, limit).values()] == [22]  # enough
+
+
+def test_min_messages_per_trigger_is_ignored_by_available_now(ten):
+    options, _ = ten
+    reader = stream_reader({**options, "startingOffsets": "earliest",
+                            "minMessagesPerTrigger": "1000"})
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert [int(v) for v in end.values()] == [10]
+
+
+@pytest.mark.parametrize("delay", ["soon", "-1s", "1d"])
+def test_a_trigger_delay_that_is_not_a_duration_is_refused(ten, delay):
+    options, _ = ten
+    with pytest.raises(ValueError, match="maxTriggerDelay must be a duration"):
+        stream_reader({**options, "maxTriggerDelay": delay})
