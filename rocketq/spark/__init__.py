@@ -81,13 +81,16 @@ class QueueRange(InputPartition):  # type: ignore[misc]
     start: int
     end: int
     subscription: str
+    access: broker_io.Access
 
     def __init__(self, topic: str, broker: str, addr: str, queue_id: int, start: int,
-                 end: int, subscription: str) -> None:
+                 end: int, subscription: str,
+                 access: broker_io.Access = broker_io.PLAIN) -> None:
         super().__init__((topic, broker, queue_id))
         self.topic, self.broker, self.addr = topic, broker, addr
         self.queue_id, self.start, self.end = queue_id, start, end
         self.subscription = subscription
+        self.access = access
 
 
 def _lower(options: Any) -> dict[str, str]:
@@ -165,7 +168,7 @@ def _read(partition: QueueRange) -> Iterator[Any]:
     """Arrow record batches of one partition, pulled from the broker that owns its queue."""
     return broker_io.pull_batches(partition.addr, partition.topic, partition.queue_id,
                                   partition.start, partition.end, partition.broker,
-                                  partition.subscription)
+                                  partition.subscription, access=partition.access)
 
 
 def _key(topic: str, broker: str, queue_id: int) -> str:
@@ -204,6 +207,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self.group = options.get("consumergroup")
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", "true")
+        self.access = broker_io.Access.from_options(options)
         # A misspelt option fails when the query is defined, not at its first batch.
         broker_io.parse_offsets("startingOffsets", self._starting(), "startingTimestamp")
 
@@ -214,7 +218,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """``key -> (min offset, max offset)`` of every queue of the topics now."""
         out = {}
         for (topic, broker, addr, qid), bounds in broker_io.queue_offsets(
-                self.namesrv, self.topics).items():
+                self.namesrv, self.topics, self.access).items():
             key = _key(topic, broker, qid)
             self.addrs[key] = (topic, broker, addr, qid)
             out[key] = bounds
@@ -225,7 +229,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         found = broker_io.resolve_offsets(
             "startingOffsets", self._starting(),
             {self.addrs[key]: bounds for key, bounds in queues.items()}, "last",
-            "startingTimestamp", self.options.get("startingtimestamp"))
+            "startingTimestamp", self.options.get("startingtimestamp"), self.access)
         return {_key(topic, broker, qid): offset
                 for (topic, broker, _addr, qid), offset in found.items()}
 
@@ -287,7 +291,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if int(stop) <= begin:
                     continue
             parts.append(QueueRange(topic, broker, addr, qid, begin, int(stop),
-                                    self.subscription))
+                                    self.subscription, self.access))
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[Any]:
@@ -306,7 +310,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if key in self.addrs:
                 topic, _broker, addr, qid = self.addrs[key]
                 offsets[(addr, topic, qid)] = int(offset)
-        broker_io.commit_offsets(self.group, offsets)
+        broker_io.commit_offsets(self.group, offsets, self.access)
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -322,6 +326,7 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
         self.options = options
         self.starting = _option(options, "startingOffsets", "first")
         self.ending = _option(options, "endingOffsets", "last")
+        self.access = broker_io.Access.from_options(options)
         # A misspelt option fails when the read is defined, not when it is planned.
         broker_io.parse_offsets("startingOffsets", self.starting, "startingTimestamp")
         broker_io.parse_offsets("endingOffsets", self.ending, "endingTimestamp")
@@ -329,12 +334,13 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[QueueRange]:
         namesrv = _option(self.options, "namesrv")
         subscription = _option(self.options, "subscription", "*")
-        queues = broker_io.queue_offsets(namesrv, _topics(self.options))
+        queues = broker_io.queue_offsets(namesrv, _topics(self.options), self.access)
         starts = broker_io.resolve_offsets("startingOffsets", self.starting, queues, "first",
                                            "startingTimestamp",
-                                           self.options.get("startingtimestamp"))
+                                           self.options.get("startingtimestamp"), self.access)
         ends = broker_io.resolve_offsets("endingOffsets", self.ending, queues, "last",
-                                         "endingTimestamp", self.options.get("endingtimestamp"))
+                                         "endingTimestamp", self.options.get("endingtimestamp"),
+                                         self.access)
         parts = []
         for (topic, broker, addr, queue_id), (low, _high) in sorted(queues.items()):
             start = starts[(topic, broker, addr, queue_id)]
@@ -344,7 +350,7 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
                 start = _data_lost(fail, topic, broker, queue_id, start, low)
             if end > start:
                 parts.append(QueueRange(topic, broker, addr, queue_id, start, end,
-                                        subscription))
+                                        subscription, self.access))
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[Any]:
@@ -387,6 +393,7 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.namesrv = _option(options, "namesrv")
         self.topic = options.get("topic")
         self.group = _option(options, "producerGroup", "rocketq-spark-writer")
+        self.access = broker_io.Access.from_options(options)
         self.exactly_once = _flag(options, "exactlyOnce")
         self.sink = _option(options, "sinkName", "rocketq-spark")
         if not _SINK_NAME.match(self.sink):
@@ -404,13 +411,14 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def write(self, batches: Iterator[Any]) -> SentCount | PreparedHalves:
         if not self.exactly_once:
             return SentCount(broker_io.send_batches(self.namesrv, self.topic, self.group,
-                                                    batches).count)
+                                                    batches, access=self.access).count)
         task = TaskContext.get()
         batch = self.job or _stream_batch(task)
         txn = f"{task.partitionId()}.{task.attemptNumber()}.{uuid.uuid4().hex[:12]}"
         sent = broker_io.send_batches(self.namesrv, self.topic, self.group, batches,
                                       broker_io.Halves(self.sink, batch, txn,
-                                                       self.check_after_s))
+                                                       self.check_after_s),
+                                      access=self.access)
         return PreparedHalves(batch, txn, sent.counts, sent.addrs)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -440,7 +448,7 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
         for m in prepared:
             addrs.update(m.addrs)
         broker_io.commit_sink(self.namesrv, self._topics(), addrs, self.sink, batch,
-                              {m.txn: m.counts for m in prepared})
+                              {m.txn: m.counts for m in prepared}, self.access)
 
     def abort_batch(self, messages: list[WriterCommitMessage | None],
                     batch: str | None) -> None:
@@ -451,7 +459,8 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
         for m in prepared:
             addrs.update(m.addrs)
         for key in {m.batch for m in prepared} if batch is None else {batch}:
-            broker_io.abort_sink(self.namesrv, self._topics(), addrs, self.sink, key)
+            broker_io.abort_sink(self.namesrv, self._topics(), addrs, self.sink, key,
+                                 self.access)
 
 
 def _stream_batch(task: Any) -> str:

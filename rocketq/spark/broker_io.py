@@ -4,8 +4,10 @@ queues and their offsets, pull an offset range from the owning broker, send rows
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import ssl
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from ..acl import Credentials
 from ..client.consumer import pull_request, starting_position
 from ..client.instance import ClientInstance
 from ..client.message import Message, MessageQueue
@@ -25,13 +28,70 @@ from ..remoting import RemotingClient, run
 log = logging.getLogger("rocketq.spark")
 
 
-def queue_offsets(namesrv: str, topics: list[str]
+@dataclass(frozen=True)
+class Access:
+    """How every connection of the connector signs and encrypts: the options ``accessKey``
+    and ``secretKey`` (ACL), ``tls`` and ``tlsTrustCertPath`` (the CA the brokers' and
+    NameServers' certificates are checked against; the system's CAs without it). Plain
+    strings, so it travels to the tasks with their partitions; each process makes its own TLS
+    context. Every client below is made by :meth:`remoting`, :meth:`instance` or
+    :meth:`producer`."""
+
+    access_key: str = ""
+    secret_key: str = ""
+    tls: bool = False
+    trust_cert_path: str = ""
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> Access:
+        """From the data source's options (lowercase keys)."""
+        key, secret = options.get("accesskey", ""), options.get("secretkey", "")
+        if bool(key) != bool(secret):
+            raise ValueError("the options accessKey and secretKey go together")
+        tls = str(options.get("tls", "false")).strip().lower()
+        if tls not in ("true", "false"):
+            raise ValueError(f"tls must be true or false, not {tls!r}")
+        trust = options.get("tlstrustcertpath", "")
+        return cls(key, secret, tls == "true" or bool(trust), trust)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        return Credentials(self.access_key, self.secret_key) if self.access_key else None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return _ssl_context(self.trust_cert_path) if self.tls else None
+
+    def remoting(self) -> RemotingClient:
+        credentials = self.credentials
+        return RemotingClient(signer=credentials.sign if credentials else None,
+                              ssl=self.ssl_context())
+
+    def instance(self, namesrv: str) -> ClientInstance:
+        return ClientInstance(namesrv, credentials=self.credentials, tls=self.ssl_context())
+
+    def producer(self, group: str, namesrv: str) -> Any:
+        from ..client.producer import AsyncProducer
+
+        return AsyncProducer(group, namesrv, credentials=self.credentials,
+                             tls=self.ssl_context())
+
+
+#: No ACL, no TLS.
+PLAIN = Access()
+
+
+@functools.lru_cache(maxsize=8)
+def _ssl_context(trust_cert_path: str) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=trust_cert_path or None)
+
+
+def queue_offsets(namesrv: str, topics: list[str], access: Access = PLAIN
                   ) -> dict[tuple[str, str, str, int], tuple[int, int]]:
     """``(topic, broker, address, queue id) -> (min offset, max offset)`` of every readable
     queue of ``topics``."""
 
     async def go() -> dict[tuple[str, str, str, int], tuple[int, int]]:
-        instance = ClientInstance(namesrv)
+        instance = access.instance(namesrv)
         out = {}
         try:
             for topic in topics:
@@ -57,10 +117,11 @@ def queue_offsets(namesrv: str, topics: list[str]
     return run(go())
 
 
-def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int]) -> None:
+def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int],
+                   access: Access = PLAIN) -> None:
     """Record ``(address, topic, queue id) -> next offset`` as ``group``'s consumer offsets on
     the brokers (UPDATE_CONSUMER_OFFSET), so admin tools show a pipeline's progress and lag."""
-    loop, client = _worker_client()
+    loop, client = _worker_client(access)
 
     async def go() -> None:
         answers = await asyncio.gather(*(
@@ -104,8 +165,8 @@ def parse_offsets(option: str, spec: str, timestamp_option: str) -> str | dict[s
 
 
 def resolve_offsets(option: str, spec: str, queues: dict[QueueKey, tuple[int, int]],
-                    default: str, timestamp_option: str, timestamp: str | None = None
-                    ) -> dict[QueueKey, int]:
+                    default: str, timestamp_option: str, timestamp: str | None = None,
+                    access: Access = PLAIN) -> dict[QueueKey, int]:
     """The offset ``spec`` (the value of ``option``, see ``parse_offsets``) gives each queue
     of ``queues`` (``key -> (min offset, max offset)``): its min offset for ``first``, its
     max for ``last``, the first message stored at or after ``timestamp`` (ms) for
@@ -121,7 +182,7 @@ def resolve_offsets(option: str, spec: str, queues: dict[QueueKey, tuple[int, in
         except ValueError:
             raise ValueError(f"{timestamp_option} must be an integer of ms since the epoch, not "
                              f"{timestamp!r}") from None
-        found = offsets_by_time(list(queues), ms)
+        found = offsets_by_time(list(queues), ms, access)
         return {key: min(max(found[key], low), high) for key, (low, high) in queues.items()}
     out = {}
     for key, (low, high) in queues.items():
@@ -137,12 +198,13 @@ def resolve_offsets(option: str, spec: str, queues: dict[QueueKey, tuple[int, in
     return out
 
 
-def offsets_by_time(queues: list[QueueKey], timestamp_ms: int) -> dict[QueueKey, int]:
+def offsets_by_time(queues: list[QueueKey], timestamp_ms: int,
+                    access: Access = PLAIN) -> dict[QueueKey, int]:
     """The offset of the first message stored at or after ``timestamp_ms`` in each queue (its
     max offset when there is none), as the queue's broker answers SEARCH_OFFSET_BY_TIMESTAMP."""
 
     async def go() -> dict[QueueKey, int]:
-        client = RemotingClient()
+        client = access.remoting()
         out = {}
         try:
             for key in queues:
@@ -165,17 +227,17 @@ PULL_WINDOW = 1024  # offsets asked for per pull (the broker also caps a pull at
 PULL_DEPTH = 4  # pulls in flight per queue
 
 
-def _worker_client() -> tuple[_LoopThread, RemotingClient]:
-    """The process's event loop thread and a connection pool on it. Spark reuses Python
-    workers, so later partitions read through connections already open."""
-    global _WORKER
+def _worker_client(access: Access = PLAIN) -> tuple[_LoopThread, RemotingClient]:
+    """The process's event loop thread and a connection pool on it, per way of connecting.
+    Spark reuses Python workers, so later partitions read through connections already open."""
     loop = _LoopThread.get()
-    if _WORKER is None or _WORKER[0] is not loop:
-        _WORKER = (loop, loop.create(RemotingClient))
-    return _WORKER
+    found = _WORKERS.get(access)
+    if found is None or found[0] is not loop:
+        found = _WORKERS[access] = (loop, loop.create(access.remoting))
+    return found
 
 
-_WORKER: tuple[_LoopThread, RemotingClient] | None = None
+_WORKERS: dict[Access, tuple[_LoopThread, RemotingClient]] = {}
 
 
 class RangePuller:
@@ -189,7 +251,7 @@ class RangePuller:
 
     def __init__(self, addr: str, topic: str, queue_id: int, start: int, end: int,
                  subscription: str = "*", *, window: int = PULL_WINDOW,
-                 depth: int = PULL_DEPTH) -> None:
+                 depth: int = PULL_DEPTH, access: Access = PLAIN) -> None:
         self.addr, self.topic, self.queue_id = addr, topic, queue_id
         self.end = end
         self.queue = MessageQueue(topic, "", queue_id)
@@ -197,7 +259,7 @@ class RangePuller:
         self.window, self.depth = window, depth
         self._next = start  # first offset not yet asked for
         self._inflight: deque[tuple[int, int, asyncio.Future[RemotingCommand]]] = deque()
-        self._loop, self._client = _worker_client()
+        self._loop, self._client = _worker_client(access)
         self.done = start >= end
 
     def _request(self, begin: int, stop: int) -> RemotingCommand:
@@ -264,13 +326,14 @@ class RangePuller:
 
 
 def pull_batches(addr: str, topic: str, queue_id: int, start: int, end: int, broker: str,
-                 subscription: str = "*", rows_per_batch: int = 8192) -> Iterator[Any]:
+                 subscription: str = "*", rows_per_batch: int = 8192,
+                 access: Access = PLAIN) -> Iterator[Any]:
     """Arrow record batches of one queue's messages with offsets in ``[start, end)``."""
     from .columns import RecordColumns
 
     sub = Subscription.parse(topic, subscription)
     columns = RecordColumns(topic, broker, None if sub.matches_all else sub.matches_tags)
-    puller = RangePuller(addr, topic, queue_id, start, end, subscription)
+    puller = RangePuller(addr, topic, queue_id, start, end, subscription, access=access)
     try:
         while not puller.done:
             body, begin, stop = puller.next_body()
@@ -323,16 +386,15 @@ class Sent:
 
 
 def send_batches(namesrv: str, default_topic: str | None, group: str,
-                 batches: Iterable[Any], halves: Halves | None = None) -> Sent:
+                 batches: Iterable[Any], halves: Halves | None = None,
+                 access: Access = PLAIN) -> Sent:
     """Send each row of Arrow record batches as a message, with up to SEND_WINDOW sends in
     flight. The first failed send raises (the Spark task then fails and is retried: at least
     once). With ``halves``, the rows go as half messages, each sent once (no retry: a failed
     task's halves are rolled back, and its retry sends them under a new txn). Columns:
     ``body`` (binary or string), optional ``topic`` (used when there is no ``default_topic``),
     ``tags``, ``keys`` (a string or a list of strings), ``properties`` (a map)."""
-    from ..client.producer import AsyncProducer
-
-    loop, _client = _worker_client()
+    loop, _client = _worker_client(access)
     extra = halves.properties() if halves is not None else None
 
     def messages() -> Iterator[Message]:
@@ -359,7 +421,7 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
 
     async def go() -> Sent:
         counts: dict[str, int] = {}
-        producer = AsyncProducer(group, namesrv)
+        producer = access.producer(group, namesrv)
         await producer.start()
         send = producer.send if halves is None else partial(producer._send_half, retries=0)
         pending: set[asyncio.Future[Any]] = set()
@@ -391,9 +453,10 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
 
 
 # --------------------------------------------------------------------------- sink commits
-async def _brokers(namesrv: str, topics: Iterable[str], addrs: dict[str, str]) -> list[str]:
+async def _brokers(namesrv: str, topics: Iterable[str], addrs: dict[str, str],
+                   access: Access) -> list[str]:
     """The addresses in ``addrs`` (name -> address) and the masters of the topics' routes."""
-    instance = ClientInstance(namesrv)
+    instance = access.instance(namesrv)
     out = dict(addrs)
     try:
         for topic in topics:
@@ -411,15 +474,16 @@ def _sink_request(code: int, sink: str, batch: str, body: bytes = b"") -> Remoti
 
 
 def commit_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink: str,
-                batch: str, decision: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+                batch: str, decision: dict[str, dict[str, int]],
+                access: Access = PLAIN) -> dict[str, dict[str, int]]:
     """Commit a sink's batch on every broker: the brokers that hold its halves (``addrs``,
     name -> address) and those of ``topics``. A decision recorded before (the batch is
     replayed) wins over ``decision``; the one applied is returned. Raises if a broker refuses
     or cannot be reached: the batch is then not done, and Spark runs it again."""
-    loop, client = _worker_client()
+    loop, client = _worker_client(access)
 
     async def go() -> dict[str, dict[str, int]]:
-        targets = await _brokers(namesrv, topics, addrs)
+        targets = await _brokers(namesrv, topics, addrs, access)
         # A decision recorded on any broker is the batch's: a driver that died after
         # committing on some brokers and not others left it there.
         answers = await asyncio.gather(*(client.invoke(addr, _sink_request(
@@ -443,13 +507,13 @@ def commit_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink
 
 
 def abort_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink: str,
-               batch: str) -> None:
+               batch: str, access: Access = PLAIN) -> None:
     """Roll back a sink's batch's open halves on every broker (a recorded decision's are
     committed instead). Best effort: halves left open are resolved by the brokers' checks."""
-    loop, client = _worker_client()
+    loop, client = _worker_client(access)
 
     async def go() -> None:
-        targets = await _brokers(namesrv, topics, addrs)
+        targets = await _brokers(namesrv, topics, addrs, access)
         answers = await asyncio.gather(*(client.invoke(addr, _sink_request(
             RequestCode.SINK_ABORT, sink, batch), 60) for addr in targets),
             return_exceptions=True)
