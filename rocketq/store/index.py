@@ -126,18 +126,36 @@ class IndexFile:
         self.file.wrote_position = size
 
     def _recount(self) -> None:
-        """After a crash the header may lag the entries; walk forward over written entries."""
+        """After a crash the header may lag the entries; walk forward over written entries.
+
+        Entries are written in CommitLog order, so their offsets never go down: one whose
+        offset is lower than the one before was being written when the process died (the
+        bulk path writes a run's fields column by column), and the walk stops there. The
+        entries of the last record walked are dropped too (its keys may have been cut short):
+        recovery indexes that record again, whole, from the offset before it."""
         view = self.file.view
-        count = self.index_count
+        header_count = self.index_count
+        count = header_count
+
+        def phys_at(n: int) -> int:
+            return ENTRY.unpack_from(view, self._entries_at + n * ENTRY_SIZE)[1]
+
+        last = phys_at(count - 1) if count > 1 else -1
         while count < self.index_num:
-            at = self._entries_at + count * ENTRY_SIZE
-            key_hash, phys, time_diff, prev = ENTRY.unpack_from(view, at)
+            key_hash, phys, time_diff, prev = ENTRY.unpack_from(
+                view, self._entries_at + count * ENTRY_SIZE)
             if key_hash == 0 and phys == 0 and time_diff == 0 and prev == 0:
                 break
-            if phys > self.end_phy_offset:
-                self.end_phy_offset = phys
+            if phys < last:
+                break  # torn
+            last = phys
             count += 1
+        if count > header_count:
+            while count > max(header_count, 1) and phys_at(count - 1) == last:
+                count -= 1
         self.index_count = count
+        if count > 1:
+            self.end_phy_offset = phys_at(count - 1)
 
     def _write_header(self) -> None:
         HEADER.pack_into(self.file.view, 0, self.begin_timestamp, self.end_timestamp,

@@ -133,3 +133,25 @@ def test_keys_of_one_length_hash_as_one_at_a_time():
     keys[7] = "Orders#ключ".encode().ljust(len(keys[0]), b"x")  # not ASCII: hashed alone
     assert [int(h) for h in index_key_hashes(keys)] == [
         index_key_hash(k.decode("utf-8", "replace")) for k in keys]
+
+
+def test_reopening_after_a_crash_drops_torn_entries_and_the_last_records_keys(tmp_path):
+    from rocketq.store.index import ENTRY, IndexFile
+
+    path = str(tmp_path / "20260101000000000")
+    f = IndexFile(path, 64, 100, create=True)
+    f._write_header()  # the header says 1 (no entries): all that follows is past it
+    # Records at offsets 0, 100 and 200, two keys each; the crash cut the last record's
+    # second key, and a bulk write had put only the hash column of two more entries.
+    for phys in (0, 100, 200):
+        for key in ("u", "k"):
+            if phys == 200 and key == "k":
+                continue
+            f.put(index_key_hash(f"T#{key}{phys}"), phys, 1_700_000_000_000)
+    for n in range(2):
+        ENTRY.pack_into(f.file.view, f._entries_at + (f.index_count + n) * 20, 12345, 0, 0, 0)
+    f.file.close()
+    again = IndexFile(path, 64, 100, create=False)
+    # The torn entries and the last record's entry are gone; it is indexed again from 100.
+    assert again.index_count == 5 and again.end_phy_offset == 100
+    again.close()
