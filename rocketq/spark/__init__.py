@@ -53,6 +53,8 @@ from pyspark.sql.types import (
 )
 
 from . import broker_io
+from .options import QueueSelection, apply_timestamps, timestamps
+from .options import offsets_behind as offsets_behind
 
 SCHEMA = StructType([
     StructField("topic", StringType()),
@@ -103,10 +105,6 @@ def _option(options: dict[str, str], name: str, default: str | None = None) -> s
     if value is None:
         raise ValueError(f"the rocketq data source needs the option {name!r}")
     return value
-
-
-def _topics(options: dict[str, str]) -> list[str]:
-    return [t.strip() for t in _option(options, "topic").split(",") if t.strip()]
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -176,23 +174,28 @@ def _key(topic: str, broker: str, queue_id: int) -> str:
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    """Streams topics. Offsets are ``{"topic|broker|queueId": next offset}``, kept in Spark's
-    checkpoint, so a query restarted on its checkpoint neither loses nor repeats a message.
-    Queues added to a topic later are picked up from their first offset.
+    """Streams the queues ``topic``, ``subscribePattern`` or ``assign`` names (see
+    ``options.QueueSelection``). Offsets are ``{"topic|broker|queueId": next offset}``, kept
+    in Spark's checkpoint, so a query restarted on its checkpoint neither loses nor repeats a
+    message. Queues added to a topic later, and topics created later that
+    ``subscribePattern`` matches, are picked up from their first offset.
 
     A new query starts where ``startingOffsets`` says: ``last`` (the default: only messages
     sent from now on), ``first``, ``timestamp`` (the first message stored at or after the
     option ``startingTimestamp``, in ms since the epoch), or JSON per queue as for batch
     reads. ``earliest`` and ``latest`` are accepted for ``first`` and ``last``, as Kafka's
-    source spells them."""
+    source spells them. ``startingOffsetsByTimestamp`` moves the queues it names to a time
+    of their own."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.namesrv = _option(options, "namesrv")
-        self.topics = _topics(options)
+        self.selection = QueueSelection(options)
         self.subscription = _option(options, "subscription", "*")
         self.addrs: dict[str, tuple[str, str, str, int]] = {}
         self.available_now: dict[str, int] | None = None
+        #: The queues' max offsets as the last latestOffset saw them (reportLatestOffset).
+        self._latest: dict[str, int] | None = None
         # Kafka's names are accepted too: its users reach for them first.
         max_rows = options.get("maxmessagespertrigger") or options.get("maxoffsetspertrigger")
         self.max_rows = int(max_rows) if max_rows else None
@@ -210,26 +213,29 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.access = broker_io.Access.from_options(options)
         # A misspelt option fails when the query is defined, not at its first batch.
         broker_io.parse_offsets("startingOffsets", self._starting(), "startingTimestamp")
+        timestamps("startingOffsetsByTimestamp", options.get("startingoffsetsbytimestamp"))
 
     def _starting(self) -> str:
         return _option(self.options, "startingOffsets", "last")
 
-    def _queues(self) -> dict[str, tuple[int, int]]:
-        """``key -> (min offset, max offset)`` of every queue of the topics now."""
+    def _queues(self, strict: bool = False) -> dict[str, tuple[int, int]]:
+        """``key -> (min offset, max offset)`` of every selected queue now."""
         out = {}
-        for (topic, broker, addr, qid), bounds in broker_io.queue_offsets(
-                self.namesrv, self.topics, self.access).items():
+        for (topic, broker, addr, qid), bounds in self.selection.queues(
+                self.namesrv, self.access, strict).items():
             key = _key(topic, broker, qid)
             self.addrs[key] = (topic, broker, addr, qid)
             out[key] = bounds
         return out
 
     def initialOffset(self) -> dict[str, int]:
-        queues = self._queues()
+        queues = {self.addrs[key]: bounds for key, bounds in self._queues(strict=True).items()}
         found = broker_io.resolve_offsets(
-            "startingOffsets", self._starting(),
-            {self.addrs[key]: bounds for key, bounds in queues.items()}, "last",
+            "startingOffsets", self._starting(), queues, "last",
             "startingTimestamp", self.options.get("startingtimestamp"), self.access)
+        found = apply_timestamps("startingOffsetsByTimestamp",
+                                 self.options.get("startingoffsetsbytimestamp"), queues, found,
+                                 self.access)
         return {_key(topic, broker, qid): offset
                 for (topic, broker, _addr, qid), offset in found.items()}
 
@@ -242,6 +248,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         queues = self._queues()
         target = {k: high for k, (_low, high) in queues.items()}
+        self._latest = dict(target)
         if self.available_now is not None:
             target = {k: min(v, self.available_now.get(k, v)) for k, v in target.items()}
         current = {k: int(start.get(k, queues[k][0])) for k in target}
@@ -254,6 +261,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if any(int(v) > int(start.get(k, -1)) for k, v in end_offsets.items()):
             self._last_batch_at = time.monotonic()
         return end_offsets
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """The queues' max offsets as the last ``latestOffset`` saw them (no request of its
+        own; Spark asks right after ``latestOffset``), in the offsets' form: Spark shows them
+        as the source's ``latestOffset`` in the query's progress, and ``offsets_behind``
+        computes Kafka's lag metrics from them. None before the first ``latestOffset``."""
+        return None if self._latest is None else dict(self._latest)
 
     def _bounded(self, start: dict[str, int], current: dict[str, int],
                  target: dict[str, int], limit: ReadLimit) -> dict[str, int]:
@@ -314,33 +328,44 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
-    """Reads each queue from ``startingOffsets`` to ``endingOffsets``. Each is ``first``,
-    ``last``, ``timestamp`` (the first message stored at or after the option
+    """Reads each queue ``topic``, ``subscribePattern`` (matched once, when the read is
+    planned) or ``assign`` names from ``startingOffsets`` to ``endingOffsets``. Each is
+    ``first``, ``last``, ``timestamp`` (the first message stored at or after the option
     ``startingTimestamp`` / ``endingTimestamp``, in ms since the epoch), or JSON per queue
     ``{"topic": {"broker:queueId": offset}}`` (-2 first, -1 last; a queue left out starts at
     its first offset and ends at its last). The defaults read everything: ``first`` to
     ``last``. ``earliest`` and ``latest`` are accepted for ``first`` and ``last``, as Kafka's
-    source spells them."""
+    source spells them. ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` move
+    the queues they name to a time of their own."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.starting = _option(options, "startingOffsets", "first")
         self.ending = _option(options, "endingOffsets", "last")
         self.access = broker_io.Access.from_options(options)
+        self.selection = QueueSelection(options)
         # A misspelt option fails when the read is defined, not when it is planned.
         broker_io.parse_offsets("startingOffsets", self.starting, "startingTimestamp")
         broker_io.parse_offsets("endingOffsets", self.ending, "endingTimestamp")
+        for name in ("startingOffsetsByTimestamp", "endingOffsetsByTimestamp"):
+            timestamps(name, options.get(name.lower()))
 
     def partitions(self) -> list[QueueRange]:
         namesrv = _option(self.options, "namesrv")
         subscription = _option(self.options, "subscription", "*")
-        queues = broker_io.queue_offsets(namesrv, _topics(self.options), self.access)
+        queues = self.selection.queues(namesrv, self.access, strict=True)
         starts = broker_io.resolve_offsets("startingOffsets", self.starting, queues, "first",
                                            "startingTimestamp",
                                            self.options.get("startingtimestamp"), self.access)
+        starts = apply_timestamps("startingOffsetsByTimestamp",
+                                  self.options.get("startingoffsetsbytimestamp"), queues, starts,
+                                  self.access)
         ends = broker_io.resolve_offsets("endingOffsets", self.ending, queues, "last",
                                          "endingTimestamp", self.options.get("endingtimestamp"),
                                          self.access)
+        ends = apply_timestamps("endingOffsetsByTimestamp",
+                                self.options.get("endingoffsetsbytimestamp"), queues, ends,
+                                self.access)
         parts = []
         for (topic, broker, addr, queue_id), (low, _high) in sorted(queues.items()):
             start = starts[(topic, broker, addr, queue_id)]

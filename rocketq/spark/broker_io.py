@@ -23,6 +23,7 @@ from ..client.message import Message, MessageQueue
 from ..client.sync import _LoopThread
 from ..protocol import Property, PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from ..protocol.filter import Subscription
+from ..protocol.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 from ..remoting import RemotingClient, run
 
 log = logging.getLogger("rocketq.spark")
@@ -85,10 +86,12 @@ def _ssl_context(trust_cert_path: str) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=trust_cert_path or None)
 
 
-def queue_offsets(namesrv: str, topics: list[str], access: Access = PLAIN
+def queue_offsets(namesrv: str, topics: list[str], access: Access = PLAIN,
+                  missing_ok: bool = False
                   ) -> dict[tuple[str, str, str, int], tuple[int, int]]:
     """``(topic, broker, address, queue id) -> (min offset, max offset)`` of every readable
-    queue of ``topics``."""
+    queue of ``topics``. A topic without a route raises ValueError, or is left out with
+    ``missing_ok`` (a topic found by a pattern may be deleted between listing and routing)."""
 
     async def go() -> dict[tuple[str, str, str, int], tuple[int, int]]:
         instance = access.instance(namesrv)
@@ -97,6 +100,8 @@ def queue_offsets(namesrv: str, topics: list[str], access: Access = PLAIN
             for topic in topics:
                 route = await instance.fetch_route(topic)
                 if route is None:
+                    if missing_ok:
+                        continue
                     raise ValueError(f"No route info of this topic: {topic}")
                 for mq in route.subscribe_queues:
                     addr = route.broker_addrs.get(mq.broker_name, {}).get(0)
@@ -113,6 +118,37 @@ def queue_offsets(namesrv: str, topics: list[str], access: Access = PLAIN
         finally:
             await instance.remoting.close()
         return out
+
+    return run(go())
+
+
+def user_topics(namesrv: str, access: Access = PLAIN) -> list[str]:
+    """The topics the NameServer knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted, without
+    the system ones: those ``rocketq admin topic list --detail`` shows as SYSTEM (the
+    brokers' own, retry and dead-letter topics, topics named after a cluster or a broker, and
+    clusters' reply topics). A pattern over the topics then matches only users' topics."""
+
+    async def go() -> list[str]:
+        instance = access.instance(namesrv)
+        try:
+            answers = [
+                await instance.invoke_namesrv(lambda: RemotingCommand.request(
+                    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)),
+                await instance.invoke_namesrv(lambda: RemotingCommand.request(
+                    RequestCode.GET_BROKER_CLUSTER_INFO))]
+        finally:
+            await instance.remoting.close()
+        for r in answers:
+            if r.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"listing topics: {r.remark} (code {r.code})")
+        topics = orjson.loads(answers[0].body).get("topicList") or []
+        info = orjson.loads(answers[1].body)
+        clusters = set(info.get("clusterAddrTable") or {})
+        reserved = clusters | set(info.get("brokerAddrTable") or {}) | {
+            f"{c}_REPLY_TOPIC" for c in clusters}
+        return sorted(t for t in topics if not (
+            is_system_topic(t) or t in reserved
+            or t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))))
 
     return run(go())
 
@@ -202,12 +238,18 @@ def offsets_by_time(queues: list[QueueKey], timestamp_ms: int,
                     access: Access = PLAIN) -> dict[QueueKey, int]:
     """The offset of the first message stored at or after ``timestamp_ms`` in each queue (its
     max offset when there is none), as the queue's broker answers SEARCH_OFFSET_BY_TIMESTAMP."""
+    return offsets_at_times(dict.fromkeys(queues, timestamp_ms), access)
+
+
+def offsets_at_times(times: dict[QueueKey, int], access: Access = PLAIN
+                     ) -> dict[QueueKey, int]:
+    """``offsets_by_time`` with a time of its own for each queue: ``queue -> ms``."""
 
     async def go() -> dict[QueueKey, int]:
         client = access.remoting()
         out = {}
         try:
-            for key in queues:
+            for key, timestamp_ms in times.items():
                 topic, _broker, addr, queue_id = key
                 response = await client.invoke(addr, RemotingCommand.request(
                     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
