@@ -29,3 +29,26 @@ def spark(tmp_path_factory):
                .getOrCreate())
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory):
+    """A Spark standalone cluster (a master and two one-core workers, separate JVMs) for the
+    cluster tests; their drivers run in their own processes (a process has one SparkContext,
+    and this worker's is the ``spark`` fixture's local one)."""
+    from rocketq.spark.standalone import StandaloneCluster
+
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), workers=2) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def rocketq_cluster(tmp_path_factory):
+    """``rocketq cluster`` with two broker groups, each a master and a slave."""
+    from .clusters import RocketqCluster
+
+    cluster = RocketqCluster(tmp_path_factory.mktemp("rocketq-cluster")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
