@@ -256,7 +256,7 @@ BROKER_CODES: dict[int, Any] = {
         _query, RequestCode.QUERY_DATA_VERSION: _names, RequestCode.GET_TOPIC_CONFIG: _names,
     RequestCode.GET_BROKER_EPOCH_CACHE: _names, RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
         _controller, RequestCode.SINK_DECISION: _sink, RequestCode.SINK_COMMIT: _sink,
-    RequestCode.SINK_ABORT: _sink, RequestCode.POP_MESSAGE: _pop,
+    RequestCode.SINK_ABORT: _sink, RequestCode.SINK_PREPARE: _sink, RequestCode.POP_MESSAGE: _pop,
     RequestCode.ACK_MESSAGE: _pop, RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pop,
     RequestCode.BATCH_ACK_MESSAGE: _pop,
 }

@@ -62,7 +62,7 @@ CONTROLLER_ADMIN_CODES = frozenset({
 
 _SENDS = {RequestCode.SEND_MESSAGE: ("topic",), RequestCode.SEND_REPLY_MESSAGE: ("topic",),
           RequestCode.SEND_MESSAGE_V2: ("b",), RequestCode.SEND_BATCH_MESSAGE: ("b",),
-          RequestCode.SEND_REPLY_MESSAGE_V2: ("b",)}
+          RequestCode.SEND_REPLY_MESSAGE_V2: ("b",), RequestCode.SINK_PREPARE: ("topic",)}
 
 
 def needed_perms(cmd: RemotingCommand) -> Iterator[tuple[str, bool, int]]:

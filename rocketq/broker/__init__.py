@@ -162,7 +162,7 @@ class Broker:
         self.timer = TimerWheel(self.config_dir, store, put)
         self.transactions = Transactions(self.config_dir, config, store, put, self.topics,
                                          self.clients)
-        self.sinks = SinkCommits(config.brokerName, store, put, self.transactions)
+        self.sinks = SinkCommits(config, store, put, self.transactions, self.topics, self.stats)
         self.send = SendProcessor(config, store_config, store, put, self.topics,
                                   self.subscription_groups, self.clients, self.stats, changed)
         self.send_back = SendBack(config, store_config, store, put, self.topics,

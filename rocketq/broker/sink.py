@@ -1,10 +1,15 @@
 """Exactly-once sinks: a batch's half messages committed together, once, by a recorded decision.
 
 A sink (the Spark data source with ``exactlyOnce``) sends its rows as half messages that carry
-``__SINK_NAME``, ``__SINK_BATCH`` and ``__SINK_TXN`` (one txn per task attempt). When every
-task has finished, its driver sends the batch's *decision* — ``{txn: {broker name: halves}}``
-for the attempts that succeeded — to each broker in a SINK_COMMIT (rocketq's own request code;
-RocketMQ commits one message per END_TRANSACTION). The broker
+``__SINK_NAME``, ``__SINK_BATCH`` and ``__SINK_TXN`` (one txn per task attempt): many per
+SINK_PREPARE (rocketq's own request: a SEND_BATCH_MESSAGE body and the txn in the header),
+which stores them as consecutive halves and indexes them as it stores them, so a commit finds
+them, and the messages they become, without reading them back. Halves sent one by one (a
+SEND_MESSAGE with the properties), and every half after a restart, are found by reading the
+half topic instead. When every task has finished, its driver sends the batch's *decision* —
+``{txn: {broker name: halves}}`` for the attempts that succeeded — to each broker in a
+SINK_COMMIT (rocketq's own request code; RocketMQ commits one message per END_TRANSACTION).
+The broker
 
 1. checks that it holds exactly the halves the decision counts for it (a half rolled back by
    the check timeout, or lost, refuses the commit instead of committing part of a batch);
@@ -33,19 +38,30 @@ import orjson
 
 from ..protocol import (
     TRANS_HALF_TOPIC,
+    MessageFormatError,
     MessageRecord,
+    Perm,
     Property,
     RemotingCommand,
     RequestCode,
     ResponseCode,
+    encode_properties,
 )
+from ..protocol.message import host_to_bytes, split_batch
 from ..protocol.topic import SINK_LEDGER_TOPIC
 from ..remoting import Connection
-from ..store import StoreMessage
+from ..store import BatchMessage, PutStatus, StoreMessage
+from .send import _STATUS_CODES, store_refusal
+from .sink_halves import SentHalves, TxnHalves, single_size
 from .transaction import Transactions
+
+_SUCCESS = ResponseCode.SUCCESS
 
 if TYPE_CHECKING:
     from ..store import MessageStore, PutResult
+    from .config import BrokerConfig
+    from .stats import Stats
+    from .topics import TopicTable
 
 log = logging.getLogger("rocketq.broker")
 
@@ -63,21 +79,29 @@ class SinkCommits:
     the store (the ledger and half topics) before each use, so a restarted or promoted
     broker rebuilds them by reading."""
 
-    def __init__(self, broker_name: str, store: Callable[[], MessageStore],
+    def __init__(self, config: BrokerConfig, store: Callable[[], MessageStore],
                  put: Callable[..., Awaitable[list[PutResult]]],
-                 transactions: Transactions) -> None:
-        self.broker_name = broker_name
+                 transactions: Transactions, topics: TopicTable,
+                 stats: Stats | None = None) -> None:
+        self.config = config
+        #: Counts SINK_PREPARE's halves as a send of halves one by one is counted.
+        self.stats = stats
+        self.topics = topics
         self._store = store
         self.put = put
         self.transactions = transactions
         transactions.sink_orphan = self._orphan
         self.decisions: dict[str, OrderedDict[str, Decision]] = {}
         self._ledger_read = 0
-        #: (sink, batch) -> txn -> half queue offsets not known to be resolved.
-        self.halves: dict[BatchKey, dict[str, list[int]]] = {}
+        #: (sink, batch) -> txn -> its halves not known to be resolved.
+        self.halves: dict[BatchKey, dict[str, TxnHalves]] = {}
+        #: Half queue offsets below this are indexed (None: reading starts at the first
+        #: half not resolved, as after a restart).
         self._halves_read: int | None = None
-        #: Half messages decoded by the last catch-up, by half queue offset.
-        self._recent: dict[int, MessageRecord] = {}
+        #: Runs of half queue offsets SINK_PREPARE indexed and reading skips: start -> end.
+        self._known: dict[int, int] = {}
+        #: Bytes of halves the index holds (at most CACHE_BYTES).
+        self._cached = 0
         #: SINK_COMMIT and SINK_ABORT requests per (sink, outcome: committed, decided_before,
         #: refused, aborted), and the halves resolved per (sink, committed or rolled_back).
         self.outcomes: dict[tuple[str, str], int] = {}
@@ -91,8 +115,13 @@ class SinkCommits:
     def store(self) -> MessageStore:
         return self._store()
 
+    @property
+    def broker_name(self) -> str:
+        return self.config.brokerName
+
     def handlers(self) -> dict[int, Callable[[Connection, RemotingCommand], Any]]:
-        return {RequestCode.SINK_DECISION: self.decision,
+        return {RequestCode.SINK_PREPARE: self.prepare,
+                RequestCode.SINK_DECISION: self.decision,
                 RequestCode.SINK_COMMIT: self.commit,
                 RequestCode.SINK_ABORT: self.abort}
 
@@ -122,25 +151,66 @@ class SinkCommits:
                 log.warning("unreadable sink ledger record at %d", record.queue_offset)
 
     def _catch_up(self) -> None:
-        """Read the ledger and the half messages appended since the last catch-up; the
-        halves read are kept (up to CACHE_BYTES of bodies) for the commit that follows."""
+        """Read the ledger, and index the half messages appended since the last catch-up
+        that SINK_PREPARE did not index as it stored them (the halves kept up to
+        CACHE_BYTES for the commit that follows)."""
         self._catch_up_ledger()
+        store = self.store
         if self._halves_read is None:
             self._halves_read = self.transactions.half_offset
-        records, self._halves_read = self._read(TRANS_HALF_TOPIC, self._halves_read)
-        self._recent.clear()
-        cached = 0
-        for record in records:
-            props = record.properties
-            sink = props.get(Property.SINK_NAME)
-            if sink is not None and self.transactions.is_open(record.queue_offset):
-                key = (sink, props.get(Property.SINK_BATCH, ""))
-                txns = self.halves.setdefault(key, {})
-                txns.setdefault(props.get(Property.SINK_TXN, ""), []).append(
-                    record.queue_offset)
-                cached += len(record.body)
-                if cached <= CACHE_BYTES:
-                    self._recent[record.queue_offset] = record
+        offset = max(self._halves_read, store.get_min_offset(TRANS_HALF_TOPIC, 0))
+        end = store.get_max_offset(TRANS_HALF_TOPIC, 0)
+        known = self._known
+        for start in sorted(s for s in known if s < end):
+            stop = known.pop(start)
+            if start > offset:
+                self._index_stored(offset, start)
+            offset = max(offset, stop)
+        if offset < end:
+            self._index_stored(offset, end)
+        self._halves_read = max(offset, end)
+
+    def _index_stored(self, start: int, stop: int) -> None:
+        """Index the open sink halves among the half queue's offsets ``[start, stop)``."""
+        store = self.store
+        is_open = self.transactions.is_open
+        offset = start
+        while offset < stop:
+            result = store.get_messages(TRANS_HALF_TOPIC, 0, offset,
+                                        min(READ_CHUNK, stop - offset), max_bytes=4 << 20)
+            try:
+                records = result.decode(decompress=False)
+            finally:
+                result.release()
+            for record in records:
+                props = record.properties
+                sink = props.get(Property.SINK_NAME)
+                if sink is None or record.queue_offset >= stop \
+                        or not is_open(record.queue_offset):
+                    continue
+                keep = self._cached + len(record.body) <= CACHE_BYTES
+                self._add_single((sink, props.get(Property.SINK_BATCH, "")),
+                                 props.get(Property.SINK_TXN, ""), record.queue_offset,
+                                 record if keep else None)
+            offset = max(result.next_begin_offset, offset + 1)
+
+    def _txn(self, key: BatchKey, txn: str) -> TxnHalves:
+        txns = self.halves.setdefault(key, {})
+        found = txns.get(txn)
+        if found is None:
+            found = txns[txn] = TxnHalves()
+        return found
+
+    def _add_single(self, key: BatchKey, txn: str, offset: int,
+                    record: MessageRecord | None) -> None:
+        """Index the half at half queue ``offset``: its ``record``, or None when it is not
+        kept (past CACHE_BYTES)."""
+        halves = self._txn(key, txn)
+        old = halves.single.get(offset)
+        if old is not None:
+            self._cached -= single_size(old)
+        halves.single[offset] = record
+        self._cached += single_size(record)
 
     async def _caught_up(self) -> None:
         """Catch up once every append acknowledged so far is dispatched to its queue."""
@@ -157,24 +227,24 @@ class SinkCommits:
         while len(kept) > KEEP_DECISIONS:
             kept.popitem(last=False)
 
-    def _open(self, key: BatchKey) -> dict[str, list[int]]:
+    def _open(self, key: BatchKey) -> dict[str, TxnHalves]:
         """The batch's open halves per txn (resolved ones dropped from the index)."""
-        is_open = self.transactions.is_open
+        transactions = self.transactions
+        low, resolved = transactions.half_offset, transactions.resolved
         txns = self.halves.get(key, {})
         for txn in list(txns):
-            txns[txn] = [o for o in txns[txn] if is_open(o)]
+            self._cached -= txns[txn].prune(low, resolved)
             if not txns[txn]:
                 del txns[txn]
         if not txns:
             self.halves.pop(key, None)
         return txns
 
-    def _halves(self, offsets: list[int]) -> list[MessageRecord]:
+    def _read_halves(self, offsets: list[int]) -> list[MessageRecord]:
         """The half messages at these half queue offsets, read in runs of consecutive ones
         (a read may stop early at its byte limit: it goes on from where it stopped)."""
-        recent = self._recent
-        found = [recent[o] for o in offsets if o in recent]
-        wanted = {o for o in offsets if o not in recent}
+        wanted = set(offsets)
+        found: list[MessageRecord] = []
         store = self.store
         ordered = sorted(wanted)
         i = 0
@@ -203,30 +273,130 @@ class SinkCommits:
         """Commit the batch's open halves of decided txns, roll back the others (of txn
         ``only``, when given); returns (committed, rolled back)."""
         txns = self._open(key)
-        commit = [o for t, offs in txns.items() if t in decision and only in (None, t)
-                  for o in offs]
-        rollback = [o for t, offs in txns.items() if t not in decision and only in (None, t)
-                    for o in offs]
-        for offsets, committing in ((commit, True), (rollback, False)):
-            if offsets:
-                await self.transactions.resolve_many(self._halves(offsets), committing)
-                self._count(self.resolved, key[0], "committed" if committing else "rolled_back",
-                            len(offsets))
-        self._recent.clear()
+        committed = rolled_back = 0
+        transactions = self.transactions
+        for txn, halves in list(txns.items()):
+            if only not in (None, txn):
+                continue
+            n = len(halves)
+            if txn in decision:
+                for run in list(halves.runs):  # each run: one append, nothing decoded
+                    offsets = range(run.first, run.first + run.count)
+                    if run.body is not None:
+                        await transactions.commit_batch(run.committed_batch(), offsets)
+                    else:  # not kept: read back
+                        await transactions.resolve_many(
+                            [(r.queue_offset, transactions._committed(r))
+                             for r in self._read_halves(list(offsets))], True)
+                unread = halves.unread()
+                read = {r.queue_offset: r for r in self._read_halves(unread)} if unread else {}
+                await transactions.resolve_many(
+                    halves.singles_committed(read, transactions._committed), True)
+                committed += n
+            else:
+                await self.transactions.resolve_many(
+                    ((offset, None) for offset in list(halves.offsets())), False)
+                rolled_back += n
+        for what, n in (("committed", committed), ("rolled_back", rolled_back)):
+            if n:
+                self._count(self.resolved, key[0], what, n)
         self._open(key)
-        return len(commit), len(rollback)
+        return committed, rolled_back
 
     async def open_halves(self, sink: str, batch: str) -> dict[str, int]:
         """How many halves of each txn of a sink's batch are still open here."""
         async with self.transactions.lock:
             await self._caught_up()
-            return {txn: len(offsets) for txn, offsets in self._open((sink, batch)).items()}
+            return {txn: len(halves) for txn, halves in self._open((sink, batch)).items()}
 
     # ------------------------------------------------------------------ requests
     @staticmethod
     def _key(cmd: RemotingCommand) -> BatchKey | None:
         sink, batch = cmd.field("sink"), cmd.field("batch")
         return (sink, batch) if sink and batch is not None else None
+
+    async def prepare(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """SINK_PREPARE: store the elements of a batch body (as SEND_BATCH_MESSAGE's) as the
+        half messages of txn ``txn`` of ``sink``'s batch ``batch``, bound for queue
+        ``queueId`` of ``topic``; consecutive in the half queue, and indexed here as they
+        are stored. Answers the first one's half queue offset and how many were stored."""
+        ext = cmd.ext_fields
+        sink, batch, txn = ext.get("sink"), ext.get("batch"), ext.get("txn")
+        topic, group = ext.get("topic") or "", ext.get("producerGroup") or ""
+        check_after = ext.get("checkImmunity") or ""
+        if (not sink or batch is None or not txn or not cmd.body
+                or not (check_after.isascii() and check_after.isdigit())
+                or len(check_after) > 9):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark="SINK_PREPARE needs sink, batch, txn, checkImmunity "
+                                       "and a batch body")
+        if any("\x01" in v or "\x02" in v for v in (sink, batch, txn, topic, group)):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark="a SINK_PREPARE field holds a property separator")
+        if not self.config.brokerPermission & Perm.WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the broker[{self.broker_name}] sending message is "
+                                       "forbidden")
+        topic_config = self.topics.topics.get(topic)
+        if topic_config is None:  # the client sends these one by one, which may create it
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                remark=f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & Perm.WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the topic[{topic}] sending message is forbidden")
+        try:
+            queue_id = int(ext.get("queueId") or 0)
+            born = int(ext.get("bornTimestamp") or 0) or int(time.time() * 1000)
+            spans = split_batch(cmd.body)
+        except (ValueError, MessageFormatError) as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        if not 0 <= queue_id < topic_config.write_queue_nums:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                remark=f"queueId[{queue_id}] is illegal, topic {topic} has "
+                                       f"{topic_config.write_queue_nums} write queues")
+        cluster = encode_properties({Property.CLUSTER: self.config.brokerClusterName})
+        shared = encode_properties({Property.PRODUCER_GROUP: group,
+                                    Property.CHECK_IMMUNITY_TIME_IN_SECONDS: check_after})
+        half_only = encode_properties({
+            Property.REAL_TOPIC: topic, Property.REAL_QUEUE_ID: str(queue_id),
+            Property.TRANSACTION_PREPARED: "true", Property.SINK_NAME: sink,
+            Property.SINK_BATCH: batch, Property.SINK_TXN: txn})
+        host, port = conn.peer[0], conn.peer[1]
+        try:
+            born_host = host_to_bytes(host)
+        except ValueError:  # an IPv6 peer: v1 records carry IPv4 hosts only
+            born_host = b"\x7f\x00\x00\x01"
+        message = BatchMessage(TRANS_HALF_TOPIC, cmd.body, 0,
+                               suffix=(half_only + shared + cluster).encode(),
+                               born_timestamp=born, born_host=born_host, born_port=port)
+        try:
+            results = await self.put(message)
+        except Exception as exc:
+            refused = store_refusal(exc)
+            return cmd.response(refused.code, remark=str(refused))
+        offsets = getattr(results, "offsets", None)
+        if offsets is None:
+            offsets = [r.commitlog_offset for r in results]
+        first = results[0].queue_offset
+        sent = SentHalves(topic, queue_id, cmd.body, spans, offsets, first, born, born_host,
+                          port, (shared + cluster).encode())
+        self._index_sent((sink, batch), txn, sent)
+        if self.stats is not None:
+            self.stats.put(len(spans), TRANS_HALF_TOPIC, len(cmd.body))
+        status = results[0].status
+        # Stored, but not as safely as asked (a flush or a slave timed out): the task fails
+        # and its txn is rolled back, as a send answered so is retried.
+        return cmd.response(_SUCCESS if status is PutStatus.PUT_OK else _STATUS_CODES[status],
+                            ext_fields={"queueOffset": first, "count": len(spans)})
+
+    def _index_sent(self, key: BatchKey, txn: str, sent: SentHalves) -> None:
+        """Index the halves a SINK_PREPARE stored as a run, kept whole within CACHE_BYTES
+        (else where it is only, to be read back when committed), and skipped by the reading
+        that finds other halves."""
+        self._known[sent.first] = sent.first + sent.count
+        if self._cached + sent.kept > CACHE_BYTES:
+            sent.forget()
+        self._cached += self._txn(key, txn).add_run(sent)
 
     async def decision(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """SINK_DECISION: the recorded decision of ``sink``/``batch``, or no body."""
@@ -310,9 +480,8 @@ class SinkCommits:
         props = half.properties
         key = (props.get(Property.SINK_NAME, ""), props.get(Property.SINK_BATCH, ""))
         txn = props.get(Property.SINK_TXN, "")
-        txns = self.halves.setdefault(key, {})
-        if half.queue_offset not in txns.get(txn, ()):
-            txns.setdefault(txn, []).append(half.queue_offset)
+        if half.queue_offset not in self._txn(key, txn):
+            self._add_single(key, txn, half.queue_offset, half)
         decision = self.decisions.get(key[0], {}).get(key[1]) or {}
         committed, rolled_back = await self._apply(key, decision, only=txn)
         log.info("sink %s batch %s txn %s left open: %d committed, %d rolled back from the "

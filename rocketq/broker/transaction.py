@@ -18,7 +18,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import orjson
@@ -37,7 +38,7 @@ from ..protocol import (
 from ..protocol.message import encode_record
 from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC
 from ..remoting import Connection
-from ..store import StoreMessage
+from ..store import BatchMessage, StoreMessage
 from .clients import ClientTable
 from .config import BrokerConfig
 from .delay import with_real_destination
@@ -119,7 +120,8 @@ class Transactions:
                 continue
             for record in result.decode(decompress=False):
                 for part in record.body.decode(errors="replace").split(","):
-                    if part.strip().isdigit():
+                    part = part.strip()
+                    if part.isascii() and part.isdigit():
                         self.resolved.add(int(part))
             offset = result.next_begin_offset
             result.release()
@@ -133,24 +135,46 @@ class Transactions:
         await self.put([_op_record([half_queue_offset])])
         self._mark_resolved([half_queue_offset])
 
-    def _mark_resolved(self, half_queue_offsets: list[int]) -> None:
+    def _mark_resolved(self, half_queue_offsets: Sequence[int]) -> None:
         self.resolved.update(half_queue_offsets)
-        for offset in half_queue_offsets:
-            self.checks.pop(offset, None)
+        if self.checks:
+            for offset in half_queue_offsets:
+                self.checks.pop(offset, None)
 
     def is_open(self, half_queue_offset: int) -> bool:
         return (half_queue_offset >= self.half_offset
                 and half_queue_offset not in self.resolved)
 
-    async def resolve_many(self, halves: list[MessageRecord], commit: bool) -> None:
-        """Commit or roll back many half messages with one append: the committed messages
-        followed by op records listing their half offsets (comma-separated, as RocketMQ 5's
-        batched op messages are). The caller holds :attr:`lock`."""
-        halves = [h for h in halves if self.is_open(h.queue_offset)]
-        for start in range(0, len(halves), OPS_PER_RECORD):
-            chunk = halves[start:start + OPS_PER_RECORD]
-            offsets = [h.queue_offset for h in chunk]
-            messages = [self._committed(h) for h in chunk] if commit else []
+    async def commit_batch(self, batch: BatchMessage, offsets: Sequence[int]) -> None:
+        """Commit the open half messages at half queue ``offsets``, whose committed messages
+        are ``batch``'s elements (in order, each with its half's CommitLog offset as its
+        prepared offset): the batch and the op records that mark the halves resolved go in
+        one append (the batch's trailer), as :meth:`resolve_many` appends a chunk. The
+        caller holds :attr:`lock`."""
+        batch.trailer = [_op_record(list(offsets[i:i + OPS_PER_RECORD]))
+                         for i in range(0, len(offsets), OPS_PER_RECORD)]
+        await self.put(batch)
+        self._mark_resolved(offsets)
+
+    async def resolve_many(self, halves: Iterable[tuple[int, StoreMessage | None]],
+                           commit: bool) -> None:
+        """Commit or roll back many half messages, a chunk per append: the committed messages
+        followed by an op record listing their half offsets (comma-separated, as RocketMQ
+        5's batched op messages are). Each half comes as its half queue offset and, to
+        commit, the message it becomes (``_committed`` of its record, or built by the caller
+        from what it kept of the half); None to roll back. ``halves`` is read a chunk at a
+        time, so a lazy one holds no more than a chunk of messages. The caller holds
+        :attr:`lock`."""
+        pending = iter(halves)
+        while True:
+            taken = list(islice(pending, OPS_PER_RECORD))
+            if not taken:
+                return
+            chunk = [h for h in taken if self.is_open(h[0])]
+            if not chunk:
+                continue
+            offsets = [offset for offset, _message in chunk]
+            messages = [m for _offset, m in chunk if m is not None] if commit else []
             messages.append(_op_record(offsets))
             await self.put(messages)
             self._mark_resolved(offsets)
@@ -249,7 +273,10 @@ class Transactions:
                     continue
                 half = records[0]
                 immunity = half.properties.get(Property.CHECK_IMMUNITY_TIME_IN_SECONDS)
-                timeout = (int(immunity) * 1000 if immunity and immunity.isdigit()
+                # ASCII digits only, and not absurdly many: "²" passes isdigit() and int()
+                # refuses it, which would stop every check here.
+                timeout = (int(immunity) * 1000 if immunity and immunity.isascii()
+                           and immunity.isdigit() and len(immunity) <= 9
                            else cfg.transactionTimeOut)
                 if now - half.store_timestamp < timeout:
                     if immunity:

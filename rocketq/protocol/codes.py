@@ -94,10 +94,12 @@ class RequestCode(enum.IntEnum):
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
     # rocketq's own, for exactly-once sinks (RocketMQ has no code near these): read a sink
-    # batch's decision, commit a batch's halves under a decision, roll back a batch's halves.
+    # batch's decision, commit a batch's halves under a decision, roll back a batch's halves,
+    # store many halves of one txn.
     SINK_DECISION = 38001
     SINK_COMMIT = 38002
     SINK_ABORT = 38003
+    SINK_PREPARE = 38004
     # POP consumption (RocketMQ 5).
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

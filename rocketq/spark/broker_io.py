@@ -7,6 +7,8 @@ import asyncio
 import functools
 import json
 import logging
+import os
+import socket
 import ssl
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -19,12 +21,13 @@ import orjson
 from ..acl import Credentials
 from ..client.consumer import pull_request, starting_position
 from ..client.instance import ClientInstance
-from ..client.message import Message, MessageQueue
+from ..client.message import MessageQueue
 from ..client.sync import _LoopThread
-from ..protocol import Property, PullSysFlag, RemotingCommand, RequestCode, ResponseCode
+from ..protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from ..protocol.filter import Subscription
 from ..protocol.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 from ..remoting import RemotingClient, run
+from .writes import Halves, Sent, send_rows
 
 log = logging.getLogger("rocketq.spark")
 
@@ -156,10 +159,24 @@ def user_topics(namesrv: str, access: Access = PLAIN) -> list[str]:
 def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int],
                    access: Access = PLAIN) -> None:
     """Record ``(address, topic, queue id) -> next offset`` as ``group``'s consumer offsets on
-    the brokers (UPDATE_CONSUMER_OFFSET), so admin tools show a pipeline's progress and lag."""
+    the brokers (UPDATE_CONSUMER_OFFSET), so admin tools show a pipeline's progress and lag.
+
+    Each broker first gets a heartbeat naming ``group`` as a passive (pull) consumer of the
+    topics, as RocketMQ's lite pull consumer sends: the broker then makes the group's retry
+    topic, whose route is how ``mqadmin consumerProgress`` finds the group's brokers."""
     loop, client = _worker_client(access)
+    topics: dict[str, set[str]] = {}
+    for addr, topic, _qid in offsets:
+        topics.setdefault(addr, set()).add(topic)
 
     async def go() -> None:
+        beats = await asyncio.gather(*(
+            client.invoke(addr, RemotingCommand.request(
+                RequestCode.HEART_BEAT, None, _group_heartbeat(group, sorted(names))))
+            for addr, names in topics.items()))
+        for r in beats:
+            if r.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"registering {group} failed: {r.remark}")
         answers = await asyncio.gather(*(
             client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
                 "consumerGroup": group, "topic": topic, "queueId": qid,
@@ -170,6 +187,17 @@ def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int],
                 raise RuntimeError(f"recording offsets of {group} failed: {r.remark}")
 
     loop.run(go())
+
+
+def _group_heartbeat(group: str, topics: list[str]) -> bytes:
+    """A HEART_BEAT body of a passive consumer of ``topics`` in ``group`` (this process)."""
+    return orjson.dumps({
+        "clientID": f"{socket.gethostname()}@spark-{os.getpid()}", "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": False,
+            "subscriptionDataSet": [Subscription.parse(t, "*").to_json() for t in topics]}]})
 
 
 #: A queue as the data source knows it: ``(topic, broker name, broker address, queue id)``.
@@ -389,109 +417,20 @@ def pull_batches(addr: str, topic: str, queue_id: int, start: int, end: int, bro
         puller.close()
 
 
-def _column(batch: Any, name: str) -> list[Any]:
-    """A column of an Arrow record batch as Python values, or Nones when it is absent."""
-    if name in batch.schema.names:
-        return batch.column(name).to_pylist()  # type: ignore[no-any-return]
-    return [None] * batch.num_rows
-
-
-SEND_WINDOW = 256  # sends in flight per writing task
-
-
-@dataclass
-class Halves:
-    """How a task of an exactly-once sink sends: its rows as half messages of one txn of a
-    sink's batch, checked (resolved from the broker's ledger) if left open ``check_after_s``."""
-
-    sink: str
-    batch: str
-    txn: str
-    check_after_s: int
-
-    def properties(self) -> dict[str, str]:
-        return {Property.SINK_NAME: self.sink, Property.SINK_BATCH: self.batch,
-                Property.SINK_TXN: self.txn,
-                Property.CHECK_IMMUNITY_TIME_IN_SECONDS: str(self.check_after_s)}
-
-
-@dataclass
-class Sent:
-    """What a task sent: messages per broker name, and the brokers' addresses."""
-
-    counts: dict[str, int]
-    addrs: dict[str, str]
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts.values())
-
-
 def send_batches(namesrv: str, default_topic: str | None, group: str,
                  batches: Iterable[Any], halves: Halves | None = None,
                  access: Access = PLAIN) -> Sent:
-    """Send each row of Arrow record batches as a message, with up to SEND_WINDOW sends in
-    flight. The first failed send raises (the Spark task then fails and is retried: at least
-    once). With ``halves``, the rows go as half messages, each sent once (no retry: a failed
-    task's halves are rolled back, and its retry sends them under a new txn). Columns:
-    ``body`` (binary or string), optional ``topic`` (used when there is no ``default_topic``),
-    ``tags``, ``keys`` (a string or a list of strings), ``properties`` (a map)."""
+    """Send each row of Arrow record batches as a message (see ``writes``: the rows are read
+    on this thread and sent in batches from the worker's event loop, up to SEND_WINDOW
+    requests in flight). The first failed send raises (the Spark task then fails and is
+    retried: at least once). With ``halves``, the rows go as half messages, each sent once
+    (no retry: a failed task's halves are rolled back, and its retry sends them under a new
+    txn). Columns: ``body`` (binary or string), optional ``topic`` (used when there is no
+    ``default_topic``), ``tags``, ``keys`` (a string or a list of strings), ``properties``
+    (a map)."""
     loop, _client = _worker_client(access)
-    extra = halves.properties() if halves is not None else None
-
-    def messages() -> Iterator[Message]:
-        for batch in batches:
-            if "body" not in batch.schema.names:
-                raise ValueError("the rocketq sink needs a 'body' column (binary or string)")
-            for body, topic, tags, keys, props in zip(
-                    *(_column(batch, name) for name in ("body", "topic", "tags", "keys",
-                                                        "properties")), strict=True):
-                topic = default_topic or topic  # the option wins, as in Kafka's sink
-                if not topic:
-                    raise ValueError("a row has no topic and the writer has no 'topic' option")
-                if body is None:
-                    raise ValueError(f"a row for {topic} has a null body")
-                properties = dict(props) if props else None
-                if extra is not None:
-                    properties = {**properties, **extra} if properties else dict(extra)
-                if isinstance(body, str):  # a string column: sent UTF-8 encoded
-                    body = body.encode()
-                if isinstance(keys, str):  # RocketMQ's own form: keys joined by spaces
-                    keys = keys.split()
-                yield Message(topic, body, tags=tags or None, keys=keys or None,
-                              properties=properties)
-
-    async def go() -> Sent:
-        counts: dict[str, int] = {}
-        producer = access.producer(group, namesrv)
-        await producer.start()
-        send = producer.send if halves is None else partial(producer._send_half, retries=0)
-        pending: set[asyncio.Future[Any]] = set()
-
-        def count(done: Iterable[asyncio.Future[Any]]) -> None:
-            for task in done:
-                broker = task.result().queue.broker_name
-                counts[broker] = counts.get(broker, 0) + 1
-
-        try:
-            for message in messages():
-                pending.add(asyncio.ensure_future(send(message)))
-                if len(pending) >= SEND_WINDOW:
-                    done, pending = await asyncio.wait(pending,
-                                                       return_when=asyncio.FIRST_COMPLETED)
-                    count(done)
-            if pending:
-                done, pending = await asyncio.wait(pending,
-                                                   return_when=asyncio.FIRST_EXCEPTION)
-                count(done)
-        finally:
-            for task in pending:
-                task.cancel()
-            addrs = {name: producer.instance.broker_addr(name) or "" for name in counts}
-            await producer.shutdown()
-        return Sent(counts, addrs)
-
-    return loop.run(go())
+    return send_rows(loop, partial(access.producer, group, namesrv), default_topic, batches,
+                     halves)
 
 
 # --------------------------------------------------------------------------- sink commits

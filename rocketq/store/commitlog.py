@@ -8,6 +8,7 @@ ConsumeQueues, the IndexFile, waking long polls) is built from these bytes by th
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,21 @@ _BLANK = SIZE_AND_MAGIC
 _COMPILED_FROM = 4
 #: Half and rollback records get no queue offset.
 _UNCOUNTED = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
+
+
+#: Where a record's PREPAREDTRANSACTIONOFFSET is, from its start.
+_PREPARED_AT = 76
+_pack_offset = struct.Struct(">q").pack_into
+
+
+def _set_prepared(scratch: bytearray, prepared: Sequence[int], sizes: Sequence[int],
+                  k: int, done: int) -> None:
+    """Write the PREPAREDTRANSACTIONOFFSET of the records of elements ``k .. done`` that the
+    compiled encoder put back to back at the start of ``scratch`` (it writes 0 there)."""
+    at = 0
+    for i in range(k, done):
+        _pack_offset(scratch, at + _PREPARED_AT, prepared[i])
+        at += sizes[i]
 
 
 def _check_topic(topic: str) -> bytes:
@@ -181,6 +197,13 @@ class CommitLog:
         return self._append_python(messages)
 
     def _append_python(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        sized = self._sized(messages)
+        with self.lock:
+            return self._append_locked(sized)
+
+    def _sized(self, messages: Sequence[StoreMessage]) -> list[tuple[StoreMessage, bytes, int]]:
+        """Per message its topic field and record size, once each is checked (raises
+        MessageIllegalError subclasses for a bad one)."""
         max_body, max_record = self._max_body, self._max_record
         topic_parts = self._topic_parts
         #: Per message its topic field and record size, found once here.
@@ -204,8 +227,7 @@ class CommitLog:
             if size > max_record:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
             sized.append((m, part, size))
-        with self.lock:
-            return self._append_locked(sized)
+        return sized
 
     def _topic_part(self, topic: str) -> bytes:
         part = topic_field(_check_topic(topic))
@@ -220,6 +242,21 @@ class CommitLog:
         end = first + count
         if end > self.queue_room.get(key, 0) and self.make_room is not None:
             self.queue_room[key] = self.make_room(key[0], key[1], first, end)
+
+    def _trailer_room(self, batch: BatchMessage, n: int,
+                      trailer: list[tuple[StoreMessage, bytes, int]]) -> None:
+        """Before a batch of ``n`` elements is written: room for its trailer's units too
+        (DiskFullError otherwise), so the trailer cannot fail once the batch is written."""
+        if not trailer or self.make_room is None:
+            return
+        counts: dict[tuple[str, int], int] = {}
+        for m, _part, _size in trailer:
+            if m.sysflag & SysFlag.TRANSACTION_MASK not in _UNCOUNTED:
+                key = (m.topic, m.queue_id)
+                counts[key] = counts.get(key, 0) + 1
+        mine = (batch.topic, batch.queue_id)
+        for key, count in counts.items():
+            self._ensure_room(key, count + (n if key == mine else 0))
 
     def _append_locked(self, sized: list[tuple[StoreMessage, bytes, int]]) -> list[PutResult]:
         results: list[PutResult] = []
@@ -288,10 +325,12 @@ class CommitLog:
         return f, f.from_offset + f.wrote_position, f.free_space
 
     def append_batch(self, batch: BatchMessage) -> Sequence[PutResult]:
-        """Append a batch's elements as consecutive records of its queue; like :meth:`append`,
-        nothing is written if an element is bad (MessageIllegalError, with its position)."""
+        """Append a batch's elements as consecutive records of its queue, then its trailer
+        (see BatchMessage); like :meth:`append`, nothing is written if an element is bad
+        (MessageIllegalError, with its position)."""
+        trailer = self._sized(batch.trailer) if batch.trailer else []
         if self._scratch is not None:
-            return self._append_batch_compiled(batch)
+            return self._append_batch_compiled(batch, trailer)
         try:
             elements = split_batch(batch.body)
         except MessageFormatError as exc:
@@ -319,7 +358,11 @@ class CommitLog:
             if fixed - extra + body_len + stored > max_record:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
         with self.lock:
-            return self._append_batch_locked(batch, elements, topic_part)
+            self._trailer_room(batch, len(elements), trailer)
+            results = self._append_batch_locked(batch, elements, topic_part)
+            if trailer:
+                results.extend(self._append_locked(trailer))
+            return results
 
     def _append_batch_locked(self, batch: BatchMessage,
                              elements: list[tuple[int, int, int, int, int]],
@@ -334,6 +377,7 @@ class CommitLog:
         queue_id, sysflag = batch.queue_id, batch.sysflag
         born_ts, born_host, born_port = batch.born_timestamp, batch.born_host, batch.born_port
         reconsume = batch.reconsume_times
+        prepared = batch.prepared_offsets
         store_host, store_port = self.store_host, self.store_port
         tran = sysflag & SysFlag.TRANSACTION_MASK
         counted = tran != SysFlag.TRANSACTION_PREPARED and tran != SysFlag.TRANSACTION_ROLLBACK
@@ -347,7 +391,7 @@ class CommitLog:
         f, base, free = self._tail()
         parts: list = []
         extend = parts.extend
-        for flag, start, body_len, props_start, props_len in elements:
+        for i, (flag, start, body_len, props_start, props_len) in enumerate(elements):
             props_end = props_start + props_len
             tail = separated if props_len and view[props_end - 1] != 2 else suffix
             stored = props_len + len(tail)
@@ -358,7 +402,8 @@ class CommitLog:
                 f, base, free = self._seal(f, free, parts)
             extend(record_parts(size, queue_id, flag, queue_offset, base, sysflag, born_ts,
                                 born_host, born_port, now, store_host, store_port, reconsume,
-                                0, view[start:start + body_len], topic_part,
+                                prepared[i] if prepared is not None else 0,
+                                view[start:start + body_len], topic_part,
                                 view[props_start:props_end], tail))
             results.append(PutResult(ok, base, size, queue_offset, now, prefix))
             if counted:
@@ -374,7 +419,8 @@ class CommitLog:
         return results
 
     # ------------------------------------------------------------------ compiled batches
-    def _append_batch_compiled(self, batch: BatchMessage) -> BatchResults:
+    def _append_batch_compiled(self, batch: BatchMessage,
+                               trailer: list[tuple[StoreMessage, bytes, int]]) -> BatchResults:
         """:meth:`append_batch` through the compiled encoder: one call checks the batch,
         one call per file writes its records (the interpreter lock released meanwhile)."""
         impl = records.encoder
@@ -405,7 +451,11 @@ class CommitLog:
         # part, the topic, the suffix and a separator.
         need = len(body) + n * (RECORD_FIXED_SIZE + len(topic_part) + len(suffix) + 1)
         with self.lock:
-            return self._append_batch_encoded(batch, n, topic_part, need)
+            self._trailer_room(batch, n, trailer)
+            results = self._append_batch_encoded(batch, n, topic_part, need)
+            if trailer:
+                results.tail = self._append_locked(trailer)
+            return results
 
     def _append_batch_encoded(self, batch: BatchMessage, n: int, topic_part: bytes,
                               need: int) -> BatchResults:
@@ -431,6 +481,8 @@ class CommitLog:
                 batch.born_host, batch.born_port, now, self.store_host, self.store_port,
                 batch.reconsume_times, results.offsets, results.sizes)
             if w:
+                if batch.prepared_offsets is not None:
+                    _set_prepared(scratch, batch.prepared_offsets, results.sizes, k, done)
                 f.append(memoryview(scratch)[:w])
                 free -= w
             if done >= n:

@@ -462,6 +462,8 @@ def mark_status(results: list[PutResult], status: PutStatus) -> None:
     same."""
     if isinstance(results, BatchResults):
         results.status = status  # its results are made on demand, with this status
+        for r in results.tail:
+            r.status = status
         return
     for r in results:
         r.status = status

@@ -81,15 +81,24 @@ class BatchMessage:
     per element (see ``protocol.message.split_batch``). ``properties`` are the batch's own
     (encoded): not stored, but its ``WAIT`` says whether a SYNC_FLUSH send waits for the
     flush, as a single message's does.
+
+    The committed messages of a run of half messages (an exactly-once sink's, see
+    ``broker/sink.py``) go as a batch too: ``prepared_offsets`` are then the elements'
+    PREPARED_TRANSACTION_OFFSETs (each half's CommitLog offset; 0 without them), and
+    ``trailer`` the op records that mark the halves resolved, appended right after the
+    elements by the same call, under the same lock, so that nothing is appended between the
+    committed messages and the record that says they are committed.
     """
 
     __slots__ = ("topic", "queue_id", "body", "suffix", "sysflag", "born_timestamp",
-                 "born_host", "born_port", "reconsume_times", "properties")
+                 "born_host", "born_port", "reconsume_times", "properties",
+                 "prepared_offsets", "trailer")
 
     def __init__(self, topic: str, body: bytes, queue_id: int = 0, *, suffix: bytes = b"",
                  properties: bytes = b"", sysflag: int = 0, born_timestamp: int = 0,
                  born_host: bytes = b"\x7f\x00\x00\x01", born_port: int = 0,
-                 reconsume_times: int = 0) -> None:
+                 reconsume_times: int = 0, prepared_offsets: Sequence[int] | None = None,
+                 trailer: Sequence[StoreMessage] = ()) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.body = body
@@ -100,6 +109,8 @@ class BatchMessage:
         self.born_port = born_port
         self.reconsume_times = reconsume_times
         self.properties = properties
+        self.prepared_offsets = prepared_offsets
+        self.trailer = trailer
 
 
 class PutStatus(enum.Enum):
@@ -145,7 +156,7 @@ class BatchResults(Sequence[PutResult]):
     applies to every element."""
 
     __slots__ = ("status", "store_timestamp", "offsets", "sizes", "first_queue_offset",
-                 "counted", "queue_numbers", "_prefix", "_n")
+                 "counted", "queue_numbers", "tail", "_prefix", "_n")
 
     def __init__(self, n: int, store_timestamp: int, first_queue_offset: int, counted: bool,
                  id_prefix: str, *, each_queue: bool = False) -> None:
@@ -158,11 +169,13 @@ class BatchResults(Sequence[PutResult]):
         #: Messages of several queues (an append of single messages): each one's queue
         #: offset; None for a batch, whose elements take consecutive ones.
         self.queue_numbers = array("q", bytes(8 * n)) if each_queue else None
+        #: The results of a batch's trailer (BatchMessage), after its elements'.
+        self.tail: list[PutResult] = []
         self._prefix = id_prefix
         self._n = n
 
     def __len__(self) -> int:
-        return self._n
+        return self._n + len(self.tail)
 
     @overload
     def __getitem__(self, i: int) -> PutResult: ...
@@ -171,9 +184,11 @@ class BatchResults(Sequence[PutResult]):
 
     def __getitem__(self, i: int | slice) -> PutResult | list[PutResult]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._n))]
+            return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
-            i += self._n
+            i += len(self)
+        if i >= self._n and i - self._n < len(self.tail):
+            return self.tail[i - self._n]
         if not 0 <= i < self._n:
             raise IndexError("batch result index out of range")
         numbers = self.queue_numbers

@@ -150,6 +150,20 @@ def test_bad_requests_get_clear_answers(st):
         "g": int(time.time() * 1000), "h": 0, "i": "", "j": 0, "k": False, "m": True},
         b"")))
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "transactional" in r.remark
+    # SINK_PREPARE's check time must be plain digits: "²" is a digit to Python, not to int().
+    from rocketq.protocol.message import encode_batch
+
+    body = encode_batch([(0, b"row", b"")])
+    for immunity in ("\u00b2", "9" * 5000, "", "-1"):
+        r = run(ask(RemotingCommand.request(RequestCode.SINK_PREPARE, {
+            "sink": SINK, "batch": "b", "txn": "t", "topic": "Out", "queueId": 0,
+            "checkImmunity": immunity}, body)))
+        assert r.code == ResponseCode.INVALID_PARAMETER, (immunity, r.remark)
+    assert open_halves(st, "b") == {}
+    r = run(ask(RemotingCommand.request(RequestCode.SINK_PREPARE, {
+        "sink": SINK, "batch": "b", "txn": "t", "topic": "Out", "queueId": 0,
+        "checkImmunity": "60"}, body)))
+    assert r.code == ResponseCode.SUCCESS and open_halves(st, "b") == {"t": 1}
 
 
 def test_an_orphan_of_a_decided_batch_is_committed_by_the_check(st):
@@ -189,3 +203,91 @@ def test_a_waiting_sink_half_does_not_hold_up_other_transactions(st):
         producer.send_message_in_transaction(Message("Out", b"checked"))
         assert wait_for(lambda: b"checked" in visible(st), 10)
     assert open_halves(st, "b6") == {"0.0.x": 1}
+
+
+def test_a_commit_builds_the_committed_messages_without_reading_a_half(st, monkeypatch):
+    from rocketq.protocol import TRANS_HALF_TOPIC
+
+    batch = [pa.RecordBatch.from_pydict({
+        "body": [b"k1", b"k2"], "tags": ["t", None], "keys": ["a b", None],
+        "properties": [[("region", "eu")], None]},
+        schema=pa.schema([("body", pa.binary()), ("tags", pa.string()), ("keys", pa.string()),
+                          ("properties", pa.map_(pa.string(), pa.string()))]))]
+    sent = broker_io.send_batches(st.namesrv, "Out", "pg", batch,
+                                  broker_io.Halves(SINK, "b9", "0.0.x", 900))
+    broker = st.brokers[0]
+    store = broker.store
+    reads = []
+    get_messages = store.get_messages
+    monkeypatch.setattr(store, "get_messages", lambda topic, *a, **kw: (
+        reads.append(topic), get_messages(topic, *a, **kw))[1])
+    commit(st, "b9", {"0.0.x": sent.counts})
+    assert TRANS_HALF_TOPIC not in reads  # indexed when stored, committed as a batch
+    monkeypatch.undo()
+    assert visible(st) == [b"k1", b"k2"]
+    found = {}
+    for qid in range(4):
+        with store.get_messages("Out", qid, 0, 10) as got:
+            found.update({r.body: r for r in got.decode()})
+    first, second = found[b"k1"], found[b"k2"]
+    assert first.properties["TAGS"] == "t" and first.properties["KEYS"] == "a b"
+    assert first.properties["region"] == "eu" and first.properties["PGROUP"] == "pg"
+    assert not {"TRAN_MSG", "REAL_TOPIC", "REAL_QID", "__SINK_NAME", "__SINK_BATCH",
+                "__SINK_TXN"} & (set(first.properties) | set(second.properties))
+    for record in (first, second):
+        half = store.look_message_by_offset(record.prepared_transaction_offset)
+        assert half.topic == TRANS_HALF_TOPIC and half.body == record.body
+        assert half.properties["UNIQ_KEY"] == record.properties["UNIQ_KEY"]
+
+
+def test_halves_sent_one_by_one_and_halves_before_a_restart_are_found_by_reading(st):
+    # A body of compress_over (4 KiB) or more goes alone, as a single half message.
+    large = b"L" * 5000
+    a = prepare(st, "b10", "0.0.x", b"small", large)
+    assert a.count == 2
+    st.stop_broker(st.brokers[0])
+    st.start_broker(transactionCheckInterval=200)  # its index is rebuilt by reading
+    assert open_halves(st, "b10") == {"0.0.x": 2}
+    b = prepare(st, "b10", "1.0.y", b"after")  # indexed as stored, beside the read ones
+    commit(st, "b10", {"0.0.x": a.counts, "1.0.y": b.counts})
+    assert visible(st) == sorted([b"small", large, b"after"])
+    assert open_halves(st, "b10") == {}
+
+
+def test_halves_for_a_topic_the_broker_lacks_go_one_by_one(st):
+    a = prepare(st, "b11", "0.0.x", b"n1", b"n2", topic="Created")  # created by the sends
+    broker_io.commit_sink(st.namesrv, ["Created"], a.addrs, SINK, "b11", {"0.0.x": a.counts})
+    assert visible(st, "Created") == [b"n1", b"n2"]
+
+
+def test_halves_past_the_cache_budget_are_read_back_to_commit(st, monkeypatch):
+    from rocketq.broker import sink
+
+    monkeypatch.setattr(sink, "CACHE_BYTES", 200_000)  # a run of 128 KiB kept, no more
+    bodies = [b"%04d" % i + b"c" * 1000 for i in range(400)]
+    a = prepare(st, "b12", "0.0.x", *bodies[:300])
+    b = prepare(st, "b12", "1.0.y", *bodies[300:])
+    assert open_halves(st, "b12") == {"0.0.x": 300, "1.0.y": 100}
+    runs = [run for txn in st.brokers[0].sinks.halves[(SINK, "b12")].values()
+            for run in txn.runs]
+    assert {run.body is None for run in runs} == {True, False}
+    commit(st, "b12", {"0.0.x": a.counts, "1.0.y": b.counts})
+    assert wait_for(lambda: len(visible(st)) >= 400)
+    assert visible(st) == bodies
+    assert st.brokers[0].sinks._cached == 0
+
+
+def test_halves_read_back_past_the_cache_budget_are_read_again_to_commit(st, monkeypatch):
+    from rocketq.broker import sink
+
+    bodies = [b"%04d" % i + b"r" * 1000 for i in range(50)]
+    a = prepare(st, "b13", "0.0.x", *bodies)
+    st.stop_broker(st.brokers[0])
+    monkeypatch.setattr(sink, "CACHE_BYTES", 10_000)  # a few records kept, the rest not
+    st.start_broker(transactionCheckInterval=200)
+    assert open_halves(st, "b13") == {"0.0.x": 50}
+    singles = st.brokers[0].sinks.halves[(SINK, "b13")]["0.0.x"].single
+    assert {entry is None for entry in singles.values()} == {True, False}
+    commit(st, "b13", {"0.0.x": a.counts})
+    assert visible(st) == bodies
+    assert st.brokers[0].sinks._cached == 0

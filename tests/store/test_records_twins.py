@@ -324,6 +324,35 @@ def test_compiled_batches_refuse_what_the_python_path_refuses(tmp_path, monkeypa
         assert both[0][0][0] == "error" and error in both[0][0][2]
 
 
+def test_a_batch_of_committed_halves_keeps_their_offsets_and_its_trailer(tmp_path,
+                                                                          monkeypatch):
+    """The committed messages of a run of halves go as a batch with each half's CommitLog
+    offset as its prepared offset, and the op record as the batch's trailer, right after
+    its elements in the same call: both paths write the same bytes, across a file boundary
+    (8 KiB files here) too."""
+    from rocketq.protocol.message import decode_record
+
+    parts = [(i % 2, b"%03d" % i + b"z" * 700, b"UNIQ_KEY\x01U%d\x02" % i) for i in range(20)]
+    prepared = array("q", [1000 + 37 * i for i in range(20)])
+    op = StoreMessage("OpTopic", b"1,2,3", 0, properties=b"TAGS\x01d\x02")
+    both = append_both(str(tmp_path), dict(
+        topic="TopicA", body=encode_batch(parts), queue_id=1, suffix=b"CLUSTER\x01c\x02",
+        sysflag=SysFlag.TRANSACTION_COMMIT, prepared_offsets=prepared, trailer=[op]),
+        monkeypatch)
+    assert both[0] == both[1]
+    (status, results), files, queues = both[0]
+    assert status == "ok" and len(results) == 21
+    assert queues[("TopicA", 1)] == 21 and queues[("OpTopic", 0)] == 1  # after "first"
+    found = [decode_record(files[offset // 8192], offset % 8192)
+             for _status, offset, *_rest in results]
+    assert len({offset // 8192 for _status, offset, *_rest in results}) > 1
+    assert [r.prepared_transaction_offset for r in found[:20]] == list(prepared)
+    assert [(r.flag, r.body) for r in found[:20]] == [(f, b) for f, b, _p in parts]
+    assert found[0].properties == {"UNIQ_KEY": "U0", "CLUSTER": "c"}
+    assert (found[20].topic, found[20].body) == ("OpTopic", b"1,2,3")
+    assert results[20][1] > results[19][1]  # the trailer follows the elements
+
+
 # ------------------------------------------------------------------ single messages
 
 
