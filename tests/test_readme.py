@@ -78,7 +78,9 @@ def test_readme_first_screen_comes_first():
     for needle in ("Prerequisites", "make run", "Ctrl-C", "rocketq-data", "rm -rf",
                    "rocketq admin send", "rocketq admin tail", "```python", "docs/client.md"):
         assert needle in first, needle
-    assert len(text.splitlines()) < 250
+    # Short enough to read through; the reference is in docs/ (the Spark section, with its
+    # table of Kafka's option names, is the longest).
+    assert len(text.splitlines()) < 300
 
 
 def test_store_example_runs(capsys):

@@ -152,7 +152,8 @@ def test_offsets_below_the_min_fail_or_skip(spark, servers, tmp_path):
 def test_readme_spark_example_runs(spark, servers, tmp_path):
     from ..test_readme import python_blocks
 
-    block = next(b for b in python_blocks() if 'format("rocketq")' in b)
+    block = next(b for b in python_blocks()
+                 if '.option("subscription", "paid || refunded")' in b)
     for topic in ("Orders", "Results", "Shouted"):
         servers.create_topic(topic, 2)
     with Producer("pg", namesrv=servers.namesrv) as producer:
