@@ -67,6 +67,7 @@ def test_every_row_is_stored_once_and_a_refusal_fails_the_task(servers):
     batches = [rows(body=[b"%d-%d" % (n, i) for i in range(5000)]) for n in range(3)]
     sent = broker_io.send_batches(servers.namesrv, "WritesOut", "pg", batches)
     assert sent.count == 15000 and set(sent.addrs) == set(sent.counts)
+    servers.brokers[0].store.wait_dispatched()  # queue offsets move as the log dispatches
     stored = sum(high for _low, high in
                  broker_io.queue_offsets(servers.namesrv, ["WritesOut"]).values())
     assert stored == 15000
