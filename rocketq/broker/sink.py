@@ -91,6 +91,7 @@ class SinkCommits:
         self.put = put
         self.transactions = transactions
         transactions.sink_orphan = self._orphan
+        transactions.on_truncated = self._forget
         self.decisions: dict[str, OrderedDict[str, Decision]] = {}
         self._ledger_read = 0
         #: (sink, batch) -> txn -> its halves not known to be resolved.
@@ -106,6 +107,16 @@ class SinkCommits:
         #: refused, aborted), and the halves resolved per (sink, committed or rolled_back).
         self.outcomes: dict[tuple[str, str], int] = {}
         self.resolved: dict[tuple[str, str], int] = {}
+
+    def _forget(self) -> None:
+        """The log was truncated: the halves indexed and the decisions read may be gone, and
+        their offsets reused. Everything is read again from what the log holds."""
+        self.halves.clear()
+        self._known.clear()
+        self._cached = 0
+        self._halves_read = None
+        self.decisions.clear()
+        self._ledger_read = 0
 
     @staticmethod
     def _count(table: dict[tuple[str, str], int], sink: str, what: str, n: int = 1) -> None:

@@ -94,6 +94,8 @@ class Transactions:
         self.resolved: set[int] = set()
         #: Resolves an exactly-once sink's half left open too long (sink.py).
         self.sink_orphan: Callable[[MessageRecord], Awaitable[None]] | None = None
+        #: Told when the log was truncated (sink.py forgets its index of halves).
+        self.on_truncated: Callable[[], None] | None = None
         self.askers = []
         #: Held while half messages are resolved, so each is resolved once.
         self.lock = asyncio.Lock()
@@ -111,6 +113,8 @@ class Transactions:
     def load(self) -> None:
         """Rebuild the resolved set from the op records (they are the source of truth)."""
         store = self.store
+        if self._truncated not in store.on_truncate:
+            store.on_truncate.append(self._truncated)
         offset = store.get_min_offset(TRANS_OP_HALF_TOPIC, 0)
         end = store.get_max_offset(TRANS_OP_HALF_TOPIC, 0)
         while offset < end:
@@ -125,6 +129,18 @@ class Transactions:
                         self.resolved.add(int(part))
             offset = result.next_begin_offset
             result.release()
+
+    def _truncated(self, _commitlog_end: int) -> None:
+        """``MessageStore.on_truncate`` (a demoted master's tail cut): halves and op records
+        past the cut are gone, and the ones the new master replicates will reuse their queue
+        offsets, so what was known of them is read again from what is left."""
+        high = self.store.get_max_offset(TRANS_HALF_TOPIC, 0)
+        self.half_offset = min(self.half_offset, high)
+        self.checks = {k: v for k, v in self.checks.items() if k < high}
+        self.resolved.clear()
+        self.load()
+        if self.on_truncated is not None:
+            self.on_truncated()
 
     def persist(self) -> None:
         data = {"halfOffset": self.half_offset,

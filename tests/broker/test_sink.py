@@ -291,3 +291,36 @@ def test_halves_read_back_past_the_cache_budget_are_read_again_to_commit(st, mon
     commit(st, "b13", {"0.0.x": a.counts})
     assert visible(st) == bodies
     assert st.brokers[0].sinks._cached == 0
+
+
+def test_a_truncated_log_is_read_again_not_remembered(st):
+    """A demoted master's tail is cut (controller mode): halves and resolved records past the
+    cut are gone and their queue offsets will be reused, so the index forgets them."""
+    from rocketq.protocol import TRANS_HALF_TOPIC
+
+    broker = st.brokers[0]
+    store = broker.store
+    prepare(st, "kept", "t", b"k1")
+    commit(st, "kept", {"t": {"broker-a": 1}})
+    assert visible(st) == [b"k1"]
+    store.wait_dispatched()
+    cut_at, halves_before = store.commitlog.max_offset, store.get_max_offset(TRANS_HALF_TOPIC, 0)
+    prepare(st, "gone", "t", b"g1", b"g2")
+    prepare(st, "done", "t", b"d1")
+    commit(st, "done", {"t": {"broker-a": 1}})
+    assert open_halves(st, "gone") == {"t": 2}
+    done_halves = set(range(halves_before, store.get_max_offset(TRANS_HALF_TOPIC, 0)))
+    assert done_halves & broker.transactions.resolved  # "done"'s half was resolved
+
+    async def cut():
+        return store.truncate(cut_at)
+
+    assert st.call(cut()) == cut_at
+    assert open_halves(st, "gone") == {}
+    assert not done_halves & broker.transactions.resolved
+    assert visible(st) == [b"k1"]
+    # The broker goes on: a new batch prepared where the cut ones were commits whole.
+    prepare(st, "after", "t", b"a1", b"a2")
+    assert open_halves(st, "after") == {"t": 2}
+    commit(st, "after", {"t": {"broker-a": 2}})
+    assert visible(st) == [b"a1", b"a2", b"k1"]
