@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import random
 import threading
 import time
@@ -49,6 +50,8 @@ BATCH_BYTES = 128 * 1024  # rows' bytes per request, at most (one row may pass i
 #: Properties that make a message wait before delivery: such a row is sent alone.
 _DELAYS = (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_MS,
            Property.TIMER_DELAY_SEC)
+log = logging.getLogger("rocketq.spark")
+
 #: Answers to a SINK_PREPARE that mean "send these halves one by one".
 _ONE_BY_ONE = (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.TOPIC_NOT_EXIST)
 
@@ -285,6 +288,7 @@ def send_rows(loop: _LoopThread, make_producer: Callable[[], Any], default_topic
 
     rows = Rows(default_topic, producer.max_message_size, producer.compress_over)
     counts: dict[str, int] = {}
+    finished = False
     try:
         for batch in batches:  # on this thread: the loop sends meanwhile
             by_topic, alone = rows.split(batch)
@@ -299,10 +303,17 @@ def send_rows(loop: _LoopThread, make_producer: Callable[[], Any], default_topic
         for future in sent:
             for broker, n in future.result().items():
                 counts[broker] = counts.get(broker, 0) + n
+        finished = True
     finally:
         for future in sent:
             future.cancel()
-        addrs = loop.run(_stopped(producer, list(counts)))
+        try:
+            addrs = loop.run(_stopped(producer, list(counts)))
+        except Exception:
+            if finished:
+                raise
+            # The write failed already: its error is the one the task reports.
+            log.warning("stopping the producer of a failed write", exc_info=True)
     return Sent(counts, addrs)
 
 
