@@ -15,6 +15,8 @@ import concurrent.futures
 import enum
 import inspect
 import logging
+import queue
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -93,6 +95,78 @@ class MessageBack:
             return False
 
 
+class ConsumeThreadPool(concurrent.futures.Executor):
+    """A push consumer's listener threads (RocketMQ's consumeExecutor): up to ``size`` daemon
+    threads, started as work comes.
+
+    Daemon threads, unlike ThreadPoolExecutor's (which the interpreter joins at exit): a
+    listener still running when a shutdown's bounded wait ends, or after a second Ctrl-C,
+    must not keep the process alive. Its messages were not committed, so the group gets them
+    again."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any,
+               **kwargs: Any) -> concurrent.futures.Future[Any]:
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self._work.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
+                thread = threading.Thread(target=self._run, daemon=True,
+                                          name=f"{self._name}_{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+            return future
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures:
+                while True:
+                    try:
+                        item = self._work.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        item[0].cancel()
+            for _ in self._threads:
+                self._work.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+
+class _NotStarted(Exception):
+    """The consumer was shutting down before the listener got the batch: it stays pulled but
+    not consumed (held, so the committed offset stays below it)."""
+
+
 def _name(listener: Any) -> str:
     """How a log message names ``listener``: its qualified name, or its class's."""
     name = getattr(listener, "__qualname__", None) or type(listener).__qualname__
@@ -121,19 +195,49 @@ class ConsumeService:
         #: Messages consumed so far (failed ones handed back count as consumed).
         self.consumed_count = 0
         self._consuming: set[asyncio.Task[Any]] = set()
+        #: Messages inside the listener now; guarded by ``_lock`` (listener threads change it).
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._abandoned = asyncio.Event()
 
     def submit(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
         """Consume ``messages``, just put in ``pq``."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Start no more batches; those in flight finish (see ``wait``)."""
-        self.running = False
+    @property
+    def in_flight(self) -> int:
+        """Messages the listener is consuming now."""
+        with self._lock:
+            return self._busy
 
-    async def wait(self, timeout: float) -> None:
-        """Let the batches in flight finish, up to ``timeout`` seconds."""
-        if self._consuming:
-            await asyncio.wait(list(self._consuming), timeout=timeout)
+    def close(self) -> None:
+        """Hand the listener no more batches, even of messages pulled already (they stay held
+        and are not committed); those in the listener finish (see ``wait``)."""
+        with self._lock:
+            self.running = False
+
+    def abandon(self) -> None:
+        """Stop a ``wait`` now: what the listener has not finished is not committed."""
+        self._abandoned.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Let the batches in flight finish, up to ``timeout`` seconds or until ``abandon``;
+        whether they all did."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending = [t for t in self._consuming if not t.done()]
+        stop = loop.create_task(self._abandoned.wait())
+        try:
+            while pending and not self._abandoned.is_set():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait([*pending, stop], timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                pending = [t for t in pending if not t.done()]
+        finally:
+            stop.cancel()
+        return not pending
 
     async def wait_queue(self, pq: ProcessQueue, timeout: float = 10) -> None:
         """Let work that must not overlap a new owner of ``pq``'s queue finish."""
@@ -149,9 +253,30 @@ class ConsumeService:
         if offset >= 0:
             self.offset_store.update(pq.mq, offset, increase_only=True)
 
+    def _begin(self, batch: list[ReceivedMessage]) -> None:
+        """The listener gets ``batch`` now, unless the consumer is shutting down."""
+        with self._lock:
+            if not self.running:
+                raise _NotStarted
+            self._busy += len(batch)
+
+    def _end(self, batch: list[ReceivedMessage]) -> None:
+        with self._lock:
+            self._busy -= len(batch)
+
+    def _run_listener(self, listener: Listener, batch: list[ReceivedMessage]) -> Any:
+        """On a listener thread: the listener's answer on ``batch``. A batch that waited for
+        a thread while the consumer began shutting down is not started."""
+        self._begin(batch)
+        try:
+            return listener(batch)
+        finally:
+            self._end(batch)
+
     async def call_listener(self, batch: list[ReceivedMessage]) -> ConsumeResult | None:
         """The listener's answer on ``batch``; ``failure_result`` when it raised or returned
-        something that is neither a ConsumeResult nor None.
+        something that is neither a ConsumeResult nor None; ``_NotStarted`` when the consumer
+        began shutting down before the listener got it.
 
         Any other answer (``False``, ``True``, a string...) is a failure rather than an
         acknowledgement: taking it for success would lose messages a listener meant to
@@ -161,13 +286,17 @@ class ConsumeService:
             return self.failure_result
         try:
             if inspect.iscoroutinefunction(listener):
-                result = await listener(batch)
+                self._begin(batch)
+                try:
+                    result = await listener(batch)
+                finally:
+                    self._end(batch)
             else:
                 result = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, listener, batch)
+                    self.executor, self._run_listener, listener, batch)
                 if inspect.isawaitable(result):
                     result = await result
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, _NotStarted):
             raise
         except Exception:
             log.exception("listener of group %s failed on %d message(s)", self.group,
@@ -195,11 +324,16 @@ class ConcurrentConsumeService(ConsumeService):
         self.broadcasting = broadcasting
 
     def submit(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        if not self.running:
+            return  # shutting down: they stay held, and are not committed
         for i in range(0, len(messages), self.batch_size):
             self._spawn(self._consume(pq, messages[i:i + self.batch_size]))
 
     async def _consume(self, pq: ProcessQueue, batch: list[ReceivedMessage]) -> None:
-        result = await self.call_listener(batch)
+        try:
+            result = await self.call_listener(batch)
+        except _NotStarted:
+            return
         if result is ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT:
             result = ConsumeResult.RECONSUME_LATER  # only orderly consumers suspend a queue
         if pq.dropped:
@@ -262,7 +396,10 @@ class OrderlyConsumeService(ConsumeService):
                 await asyncio.sleep(0.1)  # the lock is being renewed (or was lost)
                 continue
             batch = pq.take(self.batch_size)
-            result = await self.call_listener(batch)
+            try:
+                result = await self.call_listener(batch)
+            except _NotStarted:
+                return
             if pq.dropped:
                 return
             if result in (ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT,

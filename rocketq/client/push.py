@@ -15,7 +15,7 @@ orderly consumers' broker locks), ``pull_service.PullService`` feeds each queue'
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import logging
 import ssl
 
 from ..acl import Credentials
@@ -24,6 +24,7 @@ from .consume_service import (
     ConcurrentConsumeService,
     ConsumeResult,
     ConsumeService,
+    ConsumeThreadPool,
     Listener,
     MessageBack,
     OrderlyConsumeService,
@@ -37,6 +38,8 @@ from .pull_service import PullService
 from .rebalance import PushRebalance, QueueLocker
 
 __all__ = ["AsyncPushConsumer", "ConsumeResult", "Listener", "ProcessQueue"]
+
+log = logging.getLogger("rocketq.client")
 
 
 class AsyncPushConsumer(GroupConsumer):
@@ -52,6 +55,7 @@ class AsyncPushConsumer(GroupConsumer):
                  max_reconsume_times: int = 16, suspend_timeout: float = 15.0,
                  orderly: bool = False, suspend_current_queue_time: float = 1.0,
                  rebalance_interval: float = 20.0, persist_interval: float = 5.0,
+                 await_termination_when_shutdown: float = 10.0,
                  offset_store_dir: str | None = None,
                  credentials: Credentials | tuple[str, ...] | None = None,
                  tls: bool | ssl.SSLContext | None = None,
@@ -75,8 +79,13 @@ class AsyncPushConsumer(GroupConsumer):
         self.suspend_timeout = suspend_timeout
         self.orderly = orderly
         self.suspend_current_queue_time = suspend_current_queue_time
+        #: How long a shutdown waits for the messages the listener is consuming (RocketMQ's
+        #: awaitTerminationMillisWhenShutdown, in seconds; RocketMQ's default is 0).
+        self.await_termination_when_shutdown = await_termination_when_shutdown
         self.listener: Listener | None = None
-        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.executor: ConsumeThreadPool | None = None
+        #: Added to the shutdown's "waiting" warning (the synchronous consumer names Ctrl-C).
+        self._wait_hint = ""
         self._back = MessageBack(self.instance, group, max_reconsume_times)
         self._consume: ConsumeService | None = None
         self._pulls: PullService | None = None
@@ -146,29 +155,49 @@ class AsyncPushConsumer(GroupConsumer):
             raise ClientError("register a listener before starting the consumer")
         if require_setup and not self.subscriptions:
             raise ClientError("subscribe to a topic before starting the consumer")
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            self.consume_thread_max, thread_name_prefix=f"rocketq-consume-{self.group}")
+        self.executor = ConsumeThreadPool(self.consume_thread_max,
+                                          f"rocketq-consume-{self.group}")
         self._rebalance = self._wire(self.listener)
         await self._start_group()
         if self._locking():
             self._tasks.append(asyncio.get_running_loop().create_task(
                 self._rebalance.relock_loop(min(20.0, self.rebalance_interval))))
 
-    async def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop pulling, let in-flight listeners finish (up to ``timeout``), commit offsets,
-        and leave the group."""
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop pulling and stop handing pulled messages to the listener, let the messages it
+        is consuming finish (up to ``timeout`` seconds, by default
+        ``await_termination_when_shutdown``; ``stop_waiting`` ends the wait sooner), commit
+        the offsets of what was consumed, and leave the group.
+
+        Messages pulled but not started, and those still in the listener when the wait ends,
+        are not committed: the group gets them again."""
         if not self.running:
             return
+        if timeout is None:
+            timeout = self.await_termination_when_shutdown
         await self._stop_loops()
         assert self._pulls is not None and self._consume is not None
         assert self._rebalance is not None
         self._pulls.close()
         self._consume.close()
-        await self._consume.wait(timeout)
+        busy = self._consume.in_flight
+        if busy:
+            log.warning("consumer group %s is stopping: waiting up to %.1f s for %d message(s) "
+                        "being consumed%s", self.group, timeout, busy, self._wait_hint)
+        if not await self._consume.wait(timeout):
+            log.warning("consumer group %s stops with %d message(s) still being consumed: "
+                        "their offsets are not committed, the group gets them again",
+                        self.group, self._consume.in_flight)
         await self._rebalance.drop_all()
         await self._leave_group()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def stop_waiting(self) -> None:
+        """End a shutdown's wait for the listener now (a second Ctrl-C): the shutdown goes on
+        to commit what was consumed; messages still in the listener come again."""
+        if self._consume is not None:
+            self._consume.abandon()
 
     async def __aenter__(self) -> AsyncPushConsumer:
         """The consumer, started: subscribe and register inside (each takes effect at

@@ -5,9 +5,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from .errors import ClientTimeoutError
 from .message import MessageQueue, MessageSelector, ReceivedMessage
 from .pull import AsyncPullConsumer
 from .push import AsyncPushConsumer, Listener
@@ -21,11 +24,18 @@ if TYPE_CHECKING:
     from ..acl import Credentials
     from .allocate import AllocateStrategy
 
+log = logging.getLogger("rocketq.client")
+
+#: How long a shutdown interrupted by a second Ctrl-C still takes to commit and leave.
+_INTERRUPTED_COMMIT_TIMEOUT = 5.0
+
 
 class PushConsumer:
     """Calls a listener with each message of the subscribed topics; see
     ``rocketq.aio.PushConsumer`` for the options. ``with`` starts it, and shuts it down
-    (committing the offsets of what was consumed) at the end, even on Ctrl-C:
+    (committing the offsets of what was consumed) at the end, even on Ctrl-C, which waits up
+    to ``await_termination_when_shutdown`` seconds for the messages being consumed; a second
+    Ctrl-C stops that wait, commits what was consumed and exits (``SystemExit(130)``):
 
     >>> with PushConsumer("cg", namesrv="127.0.0.1:9876") as consumer:  # doctest: +SKIP
     ...     consumer.subscribe("Orders", "paid || refunded")
@@ -50,6 +60,7 @@ class PushConsumer:
                  max_reconsume_times: int = 16, suspend_timeout: float = 15.0,
                  orderly: bool = False, suspend_current_queue_time: float = 1.0,
                  rebalance_interval: float = 20.0, persist_interval: float = 5.0,
+                 await_termination_when_shutdown: float = 10.0,
                  offset_store_dir: str | None = None,
                  credentials: Credentials | tuple[str, ...] | None = None,
                  tls: bool | ssl.SSLContext | None = None) -> None:
@@ -57,6 +68,7 @@ class PushConsumer:
         options = {name: values[name] for name in _options(AsyncPushConsumer)}
         self._loop = _LoopThread.get()
         self._async = self._loop.create(lambda: AsyncPushConsumer(group, namesrv, **options))
+        self._async._wait_hint = " (Ctrl-C again to stop waiting)"
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Consume ``topic``, keeping the messages ``expression`` (tags or SQL) selects.
@@ -85,14 +97,60 @@ class PushConsumer:
         self._loop.run(self._async.start())
         return self
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop consuming, commit the offsets of what was consumed and leave the group; waits
-        ``timeout`` seconds at most for listeners still running.
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop consuming (no new pulls, no pulled message handed to the listener), commit the
+        offsets of what was consumed and leave the group; waits ``timeout`` seconds (by
+        default ``await_termination_when_shutdown``) at most for the messages the listener
+        is consuming, saying how many. Messages not consumed come again to the group.
+
+        A Ctrl-C (KeyboardInterrupt) during that wait ends it at once: what was consumed is
+        committed within seconds, and the process exits with ``SystemExit(130)``, no
+        traceback; a third Ctrl-C exits without waiting for the commit.
 
         Raises:
             ClientTimeoutError: the consumer had not stopped ``timeout`` + 30 s later.
+            SystemExit: interrupted by Ctrl-C while shutting down (code 130).
         """
-        self._loop.run(self._async.shutdown(timeout), timeout + 30)
+        if timeout is None:
+            timeout = self._async.await_termination_when_shutdown
+        future = self._loop.submit(self._async.shutdown(timeout))
+        deadline = time.monotonic() + timeout + 30
+        interrupted = False
+        while True:
+            try:
+                future.result(max(0.0, deadline - time.monotonic()))
+                break
+            except KeyboardInterrupt:
+                if interrupted:
+                    log.warning("consumer group %s: interrupted again, exiting without "
+                                "waiting for the commit", self._async.group)
+                    raise SystemExit(130) from None
+                interrupted = True
+                log.warning("consumer group %s: interrupted, stopping now: committing what "
+                            "was consumed; messages still being consumed come again",
+                            self._async.group)
+                self.stop_waiting()
+                deadline = min(deadline, time.monotonic() + _INTERRUPTED_COMMIT_TIMEOUT)
+            except TimeoutError:
+                if future.done():
+                    raise
+                future.cancel()
+                if interrupted:
+                    raise SystemExit(130) from None
+                raise ClientTimeoutError(f"the consumer had not stopped within "
+                                         f"{timeout + 30:.0f} s") from None
+        if interrupted:
+            raise SystemExit(130)
+
+    def stop_waiting(self) -> None:
+        """End a shutdown's wait for the listener now (from another thread; a second Ctrl-C
+        does it too): the shutdown goes on to commit what was consumed, and messages still in
+        the listener come again to the group.
+
+        Raises:
+            Nothing.
+        """
+        self._loop.call(self._async.stop_waiting)
 
     def __enter__(self) -> PushConsumer:
         """The consumer, started: subscribe and register inside, each taking effect at once
