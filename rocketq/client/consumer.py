@@ -28,7 +28,7 @@ from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
 from .checks import check_group
 from .consumer_calls import serve_consumer_calls, stop_consumer_calls
-from .errors import ClientError, InvalidArgumentError
+from .errors import ClientError, InvalidArgumentError, NameServerError
 from .instance import ClientInstance
 from .message import MessageQueue, MessageSelector
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
@@ -49,6 +49,10 @@ MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
 MISSING_ROUTE_RETRY = 1.0
 MISSING_ROUTE_FAST_PERIOD = 30.0
 MISSING_ROUTE_MAX_RETRY = 5.0
+#: Seconds before the first look again while no NameServer answers; each failed look doubles
+#: the wait, up to NAMESRV_MAX_RETRY, and logs a warning naming the addresses.
+NAMESRV_RETRY = 1.0
+NAMESRV_MAX_RETRY = 30.0
 
 
 def starting_position(value: str, option: str = "from_where") -> str:
@@ -137,6 +141,11 @@ class GroupConsumer:
         self._queues_lock = asyncio.Lock()
         #: Subscribed topics without a route -> when (loop time) a rebalance first missed it.
         self._missing_since: dict[str, float] = {}
+        #: Why the last route lookup failed when no NameServer answered it (None once one
+        #: does): the consumer cannot find its queues, which ``poll`` must not pass off as an
+        #: empty topic.
+        self.namesrv_error: NameServerError | None = None
+        self._namesrv_wait = NAMESRV_RETRY
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -214,6 +223,8 @@ class GroupConsumer:
         for topic in self._all_subscriptions():
             try:
                 await instance.route(topic, refresh=True)
+            except NameServerError as exc:
+                self.namesrv_error = exc
             except (ClientError, RemotingError, OSError) as exc:
                 log.warning("no route for %s yet: %s", topic, exc)
         await instance.heartbeat_all()
@@ -260,7 +271,13 @@ class GroupConsumer:
             loop = asyncio.get_running_loop()
             since = [t for topic, t in self._missing_since.items()
                      if topic in self._all_subscriptions()]
-            if not since or not self.rebalancing:
+            if self.namesrv_error is not None:
+                timeout = min(self._namesrv_wait, max(self.rebalance_interval, NAMESRV_RETRY))
+                log.warning("consumer group %s cannot find its topics' queues: %s; is the "
+                            "NameServer running at that address? Trying again in %.0f s",
+                            self.group, self.namesrv_error, timeout)
+                self._namesrv_wait = min(self._namesrv_wait * 2, NAMESRV_MAX_RETRY)
+            elif not since or not self.rebalancing:
                 timeout, wait_missing = self.rebalance_interval, MISSING_ROUTE_RETRY
             elif loop.time() - min(since) < MISSING_ROUTE_FAST_PERIOD:
                 timeout = wait_missing = MISSING_ROUTE_RETRY
@@ -281,9 +298,14 @@ class GroupConsumer:
         for topic in self._all_subscriptions():
             try:
                 route = await self.instance.route(topic)
+            except NameServerError as exc:
+                self.namesrv_error = exc  # the rebalance loop warns, and looks again
+                route = None
             except (ClientError, RemotingError, OSError) as exc:
                 log.info("rebalance: no route for %s: %s", topic, exc)
                 route = None
+            else:
+                self._namesrv_answered()
             if route is None:
                 self._missing_since.setdefault(topic, asyncio.get_running_loop().time())
                 continue
@@ -298,6 +320,20 @@ class GroupConsumer:
                 mine = self.allocate.allocate(self.group, self.instance.client_id, queues,
                                               consumers)
             await self._update_queues(topic, set(mine))
+
+    def _namesrv_answered(self) -> None:
+        if self.namesrv_error is not None:
+            log.warning("consumer group %s: a NameServer answers again", self.group)
+        self.namesrv_error = None
+        self._namesrv_wait = NAMESRV_RETRY
+
+    def _check_namesrv(self) -> None:
+        """Raise NameServerError when no NameServer answered the last route lookup and the
+        consumer has no queue to read: it is not waiting for messages, it cannot find them."""
+        if self.namesrv_error is not None and not self.owned:
+            raise NameServerError(
+                f"consumer group {self.group} has no queue to read: {self.namesrv_error} "
+                f"(is the NameServer running at that address?)")
 
     async def _consumer_ids(self, topic: str, queues: list[MessageQueue]) -> list[str] | None:
         brokers = sorted({q.broker_name for q in queues})

@@ -202,7 +202,10 @@ class AsyncPullConsumer(GroupConsumer):
 
     # ------------------------------------------------------------------ polling
     async def poll(self, timeout: float = 5.0) -> list[ReceivedMessage]:
-        """Messages that arrived, waiting up to ``timeout`` seconds for the first ones."""
+        """Messages that arrived, waiting up to ``timeout`` seconds for the first ones.
+
+        Raises NameServerError when none came and the consumer has no queue to read because
+        no NameServer answered (an empty list would look like an empty topic)."""
         if not self.running or self._buffer is None:
             raise ClientError("the consumer is not started")
         out: list[ReceivedMessage] = []
@@ -210,6 +213,7 @@ class AsyncPullConsumer(GroupConsumer):
         while not out:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                self._check_namesrv()
                 return out
             try:
                 # Not wait_for: on Python 3.11 it can take an item and still time out,
@@ -217,6 +221,7 @@ class AsyncPullConsumer(GroupConsumer):
                 async with asyncio.timeout(remaining):
                     item = await self._buffer.get()
             except TimeoutError:
+                self._check_namesrv()
                 return out
             while item is not None:
                 self._take(item, out)

@@ -109,7 +109,6 @@ class PushConsumer:
 
         Raises:
             ClientTimeoutError: the consumer had not stopped ``timeout`` + 30 s later.
-            SystemExit: interrupted by Ctrl-C while shutting down (code 130).
         """
         if timeout is None:
             timeout = self._async.await_termination_when_shutdown
@@ -280,6 +279,8 @@ class PullConsumer:
 
         Raises:
             ClientError: the consumer is not started.
+            NameServerError: none came, and the consumer has no queue to read because no
+                NameServer answered (the error names the addresses tried).
         """
         return self._loop.run(self._async.poll(timeout))
 
