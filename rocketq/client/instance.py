@@ -174,16 +174,20 @@ class ClientInstance:
         route = await self.fetch_route(topic)
         if route is not None:
             self.routes[topic] = route
-            known = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
-            for name, addrs in route.broker_addrs.items():
-                self.broker_addrs[name] = addrs
-            if self.started and any(a not in known for addrs in route.broker_addrs.values()
-                                    for a in addrs.values()):
-                # Tell new brokers who we are now, not at the next 30 s heartbeat: they need
-                # our groups (transaction check-backs, consumer lists) from the first request.
-                task = asyncio.get_running_loop().create_task(self.heartbeat_all())
-                self._tasks.append(task)
+            self._learn_brokers(route)
         return route
+
+    def _learn_brokers(self, route: TopicRoute) -> None:
+        """Take the broker addresses of ``route``; heartbeat at once when one is new."""
+        known = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+        for name, addrs in route.broker_addrs.items():
+            self.broker_addrs[name] = addrs
+        if self.started and any(a not in known for addrs in route.broker_addrs.values()
+                                for a in addrs.values()):
+            # Tell new brokers who we are now, not at the next 30 s heartbeat: they need
+            # our groups (transaction check-backs, consumer lists) from the first request.
+            task = asyncio.get_running_loop().create_task(self.heartbeat_all())
+            self._tasks.append(task)
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute | None:
         self.topics.add(topic)
@@ -210,8 +214,9 @@ class ClientInstance:
         if default is None or not default.publish_queues:
             raise ClientError(f"No route info of this topic: {topic} (and no "
                               f"{AUTO_CREATE_TOPIC_KEY} for auto-creation)")
-        for name, addrs in default.broker_addrs.items():
-            self.broker_addrs[name] = addrs  # as fresh as any: a master may have changed
+        # As fresh as any (a master may have changed); and a producer whose first send
+        # creates the topic is known to the brokers at once (its transaction check-backs).
+        self._learn_brokers(default)
         queues: list[MessageQueue] = []
         for q in default.queue_datas:
             n = min(default_queue_nums, int(q.get("writeQueueNums", 0)))

@@ -138,3 +138,40 @@ def test_open_transaction_survives_a_broker_restart(tmp_path):
             producer.shutdown()
     finally:
         st.stop()
+
+
+def test_first_check_back_comes_within_interval_plus_timeout_even_on_a_new_topic(tmp_path):
+    """A half message is checked at the first scan (every transactionCheckInterval) after it
+    is transactionTimeOut old: within interval + timeout of the send, as in RocketMQ. That
+    holds for a producer whose first send creates the topic too: it tells the broker its
+    group at once, not at its first periodic heartbeat 30 s after it started."""
+    from ..servers import ServerThread
+
+    interval, timeout = 1.0, 0.3
+    st = ServerThread(tmp_path)
+    sent: dict[str, float] = {}
+    checked: dict[str, float] = {}
+
+    class Timing:
+        def execute_local_transaction(self, message, arg):
+            sent[message.keys[0]] = time.monotonic()
+            return LocalTransactionState.UNKNOWN
+
+        def check_local_transaction(self, message):
+            checked.setdefault(message.keys[0], time.monotonic())
+            return LocalTransactionState.COMMIT
+
+    try:
+        st.start_namesrv()
+        st.start_broker(transactionTimeOut=int(timeout * 1000),
+                        transactionCheckInterval=int(interval * 1000), transactionCheckMax=50)
+        with TransactionProducer("timing-group", Timing(), namesrv=st.namesrv) as producer:
+            for i in range(5):  # at different points of the broker's check period
+                producer.send_message_in_transaction(Message("TxNew", b"x", keys=[f"k{i}"]))
+                time.sleep(0.37)
+            assert wait_for(lambda: len(checked) == len(sent), 10), (sent, checked)
+        delays = sorted(checked[k] - sent[k] for k in sent)
+        assert delays[0] >= timeout - 0.05, delays
+        assert delays[-1] <= interval + timeout + 0.7, delays  # + the scan, on a busy host
+    finally:
+        st.stop()
