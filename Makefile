@@ -3,6 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BASE := $(VENV)/.installed
+SPARK := $(VENV)/.installed-spark
 SOURCES := pyproject.toml setup.py rocketq/protocol/_codec.py rocketq/protocol/_ccodec.pxd \
 	rocketq/store/_records.py rocketq/store/_crecords.pxd rocketq/store/_encode.py \
 	rocketq/store/_cencode.pxd
@@ -21,7 +22,12 @@ $(BASE): $(SOURCES) | $(BIN)/python
 
 $(STAMP): $(SOURCES) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP) $(BASE)
+	touch $(STAMP) $(BASE) $(SPARK)
+
+# What the example needs: rocketq and PySpark (the spark extra), not the test tools.
+$(SPARK): $(SOURCES) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[spark]'
+	touch $(SPARK) $(BASE)
 
 # make run RUN_ARGS="--broker-port 10921" passes flags to rocketq standalone.
 RUN_ARGS ?=
@@ -79,7 +85,7 @@ bench-deps: $(STAMP)
 compare: $(STAMP)
 	$(BIN)/python benchmarks/compare_peers.py --rounds 3 --chart docs/benchmarks.png
 
-example: $(STAMP)
+example: $(SPARK)
 	$(BIN)/python -m examples.clickstream
 
 # The generated protobuf and gRPC modules of rocketq/grpc/proto, made again from the .proto

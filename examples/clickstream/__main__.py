@@ -26,11 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--events", type=int, default=1500)
     parser.add_argument("--rate", type=float, default=100, help="events per second")
-    parser.add_argument("--work-dir", help="where checkpoint and Parquet go (default: a "
-                                           "temporary directory)")
+    parser.add_argument("--work-dir", help="where checkpoint and Parquet go (default: a new "
+                                           "directory under the system's temporary one, "
+                                           "kept after the run)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="rocketq-clickstream-") as tmp:
-        work = Path(args.work_dir or tmp)
+    # The broker's store goes with the run; the Parquet output it names stays for reading.
+    with tempfile.TemporaryDirectory(prefix="rocketq-clickstream-broker-") as tmp:
+        work = Path(args.work_dir or tempfile.mkdtemp(prefix="rocketq-clickstream-"))
         work.mkdir(parents=True, exist_ok=True)
         broker = None
         namesrv = args.namesrv
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             shown.join()
             query.stop()
             rows = spark.read.parquet(str(work / "click-stats.parquet")).count()
-            print(f"{rows} window results in {work / 'click-stats.parquet'}", flush=True)
+            print(f"{rows} window results in {work / 'click-stats.parquet'} (kept: read it "
+                  f"with spark.read.parquet, delete {work} when done)", flush=True)
             spark.stop()
         finally:
             if broker is not None:
