@@ -43,7 +43,16 @@ def test_quick_start_runs_against_a_real_broker(servers, capsys):
     exec(compile(code, str(README), "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
     assert "SEND_OK Orders@broker-a:" in out
-    assert "Orders paid ['order-17'] b'{\"id\": 17}'" in out
+    assert HELLO_LINE in out.splitlines()
+
+
+#: What the README says the first screen's hello prints for the message it consumed.
+HELLO_LINE = "Orders paid order-17 b'{\"id\": 17}'"
+
+
+def test_readme_says_what_the_hello_prints():
+    text = README.read_text(encoding="utf-8")
+    assert f"`{HELLO_LINE}`" in text
 
 
 def test_async_for_example_runs(servers, capsys):
@@ -257,11 +266,14 @@ def test_first_screen_from_a_fresh_checkout(tmp_path):
             assert done.returncode == 0, (command, done.stdout, done.stderr)
             outputs.append(done.stdout)
         assert "hello, world" in outputs[1]
+        # A message without tags or keys: tail says nothing of them (not "tags=None keys=[]").
+        assert re.fullmatch(r"Hello@broker-a:\d+ offset 0 hello, world\n", outputs[1]), \
+            outputs[1]
         first = run_hello("python", tmp_path, namesrv, shell)
         second = run_hello("python", tmp_path, namesrv, shell)
         for out in (first, second):
             assert out.startswith("SEND_OK Orders@broker-a:"), out
-            assert out.count("Orders paid ['order-17'] b'{\"id\": 17}'") == 1, out
+            assert out.splitlines().count(HELLO_LINE) == 1, out
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGINT)

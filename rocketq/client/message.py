@@ -26,6 +26,17 @@ from .checks import check_type, type_name
 from .errors import ArgumentTypeError, InvalidArgumentError, MessageValidationError
 
 
+class Keys(list[str]):
+    """A message's keys: a list of str (index it, compare it with a list) that prints as
+    RocketMQ's ``Message.getKeys()`` returns them, joined by spaces: ``print(message.keys)``
+    shows ``order-17``, not ``['order-17']``."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return " ".join(self)
+
+
 @dataclass(frozen=True, order=True)
 class MessageQueue:
     """One queue of a topic on one broker."""
@@ -181,8 +192,10 @@ class Message:
             self.properties.pop(Property.TAGS, None)
 
     @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(Property.KEYS, "").split(" ") if k]
+    def keys(self) -> Keys:
+        """The message's keys: a list that prints as RocketMQ's ``getKeys()`` reads, the keys
+        joined by spaces (``order-17``; empty when there is none)."""
+        return Keys(k for k in self.properties.get(Property.KEYS, "").split(" ") if k)
 
     @keys.setter
     def keys(self, keys: Iterable[str] | str) -> None:
@@ -308,8 +321,10 @@ class ReceivedMessage:
         return self.reconsume_times + 1
 
     @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(Property.KEYS, "").split(" ") if k]
+    def keys(self) -> Keys:
+        """The message's keys: a list that prints as RocketMQ's ``getKeys()`` reads, the keys
+        joined by spaces (``order-17``; empty when there is none)."""
+        return Keys(k for k in self.properties.get(Property.KEYS, "").split(" ") if k)
 
     @property
     def queue(self) -> MessageQueue:

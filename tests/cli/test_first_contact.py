@@ -134,6 +134,20 @@ def test_tail_stops_at_exactly_count_messages(servers, capsys):
         ["m0", "m1", "m2", "m3"]
 
 
+def test_tail_prints_the_tags_and_keys_a_message_has_and_nothing_for_absent_ones(
+        servers, capsys):
+    servers.create_topic("Labels", 1)
+    with Producer("first-contact-producer", namesrv=servers.namesrv) as producer:
+        producer.send(Message("Labels", b"plain"))
+        producer.send(Message("Labels", b"one", tags="paid", keys="order-17"))
+        producer.send(Message("Labels", b"two", keys=["a", "b"]))
+    assert main(["admin", "--namesrv", servers.namesrv, "tail", "Labels", "--from", "first",
+                 "--count", "3", "--timeout", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" offset ", 1)[1] for line in lines] == [
+        "0 plain", "1 tags=paid keys=order-17 one", "2 keys=a,b two"]
+
+
 def test_tail_leaves_no_consumer_group_or_offsets_behind(servers, capsys):
     broker = servers.brokers[0]
     servers.create_topic("Trace", 2)

@@ -229,3 +229,13 @@ def test_timer_messages_are_refused_in_transactions_and_batches(servers):
         with pytest.raises(MessageValidationError, match="delayed messages cannot be sent"):
             producer.send_batch([Message("Orders", b"a"), Message("Orders", b"b", delay=1)])
     assert servers.brokers[0].stats.put_total == 1
+
+
+def test_keys_are_a_list_that_prints_as_rocketmqs_get_keys():
+    """``message.keys`` indexes and compares as a list, and prints as RocketMQ's getKeys()
+    returns the keys: joined by spaces, nothing when there are none."""
+    one = Message("Orders", b"x", keys="order-17")
+    assert one.keys == ["order-17"] and one.keys[0] == "order-17"
+    assert str(one.keys) == f"{one.keys}" == "order-17"
+    assert str(Message("Orders", b"x", keys=["a", "b"]).keys) == "a b"
+    assert str(Message("Orders", b"x").keys) == "" and Message("Orders", b"x").keys == []

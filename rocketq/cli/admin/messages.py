@@ -157,6 +157,14 @@ async def send(args: argparse.Namespace) -> int:
     return await with_admin(args, body)
 
 
+def _tail_line(m: ReceivedMessage) -> str:
+    """One message as ``tail`` prints it: queue, offset, the tags and keys it has (nothing
+    for those it has not; several keys joined by commas), then the body."""
+    tags = f" tags={m.tags}" if m.tags else ""
+    keys = f" keys={','.join(m.keys)}" if m.keys else ""
+    return f"{m.queue} offset {m.queue_offset}{tags}{keys} {m.body.decode('utf-8', 'replace')}"
+
+
 async def tail(args: argparse.Namespace) -> int:
     """Print the topic's messages: its queues assigned, not shared with a group, and each
     one's position set here (its first or its last offset), never committed."""
@@ -187,8 +195,7 @@ async def tail(args: argparse.Namespace) -> int:
             if args.count:
                 messages = messages[:args.count - seen]  # exactly --count, no more
             for m in messages:
-                print(f"{m.queue} offset {m.queue_offset} tags={m.tags} keys={m.keys} "
-                      f"{m.body.decode('utf-8', 'replace')}", flush=True)
+                print(_tail_line(m), flush=True)
             if messages:
                 idle_since = time.monotonic()
             seen += len(messages)
