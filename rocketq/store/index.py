@@ -8,8 +8,8 @@ entry is ``topic#key`` for every KEYS entry and for UNIQ_KEY.
 
 A file is sparse (see ``allocation``): its header and hash slots (written anywhere) are
 reserved when it is made, its entries (written in order) :data:`ENTRY_STEP` at a time ahead of
-the writes, and a step more is kept in hand (:meth:`Index.make_spare`) so that the keys of
-messages acknowledged before the disk filled still find room.
+the writes, and half a step more is kept in hand (:meth:`Index.make_spare`) so that the keys
+of messages acknowledged before the disk filled still find room.
 """
 
 from __future__ import annotations
@@ -182,17 +182,20 @@ class IndexFile:
         if end > self.file.reserved_to:
             self.file.reserve(min(end, self.file.file_size))
 
+    def _in_hand_end(self) -> int:
+        end = self._entries_at + (self.index_count + 1) * ENTRY_SIZE + ENTRY_STEP // 2
+        return min(end, self.file.file_size)
+
     @property
     def has_room_in_hand(self) -> bool:
-        """Whether a step of entries past the last one is reserved (or the file's end is)."""
-        end = self._entries_at + (self.index_count + 1) * ENTRY_SIZE + ENTRY_STEP
-        return min(end, self.file.file_size) <= self.file.reserved_to
+        """Whether half a step of entries past the last one is reserved (or the file's end
+        is)."""
+        return self._in_hand_end() <= self.file.reserved_to
 
     def reserve_in_hand(self) -> None:
-        """Reserve a step of entries past the last one, and a step more; DiskFullError when
-        there is no room."""
-        end = self._entries_at + (self.index_count + 1) * ENTRY_SIZE + ENTRY_STEP
-        self.file.reserve(min(end, self.file.file_size))
+        """Reserve half a step of entries past the last one, and a step more; DiskFullError
+        when there is no room."""
+        self.file.reserve(self._in_hand_end())
 
     def put(self, key_hash: int, commitlog_offset: int, store_timestamp: int) -> bool:
         """Add one entry; False when the file is full."""
@@ -368,10 +371,10 @@ class Index:
         return self.spare is not None and (not files or files[-1].has_room_in_hand)
 
     def make_spare(self) -> None:
-        """Make the next file now unless one is ready, and reserve a step of entries in hand
-        in the file being written: the store refuses puts while it cannot (OSError, ENOSPC
-        on a full disk), so that the entries of messages already acknowledged always find
-        room (in the step in hand, or in the next file)."""
+        """Make the next file now unless one is ready, and reserve entries in hand in the
+        file being written (:meth:`IndexFile.reserve_in_hand`): the store refuses puts while
+        it cannot (OSError, ENOSPC on a full disk), so that the entries of messages already
+        acknowledged always find room (in the entries in hand, or in the next file)."""
         with self._spare_lock:
             if self.spare is None:
                 self.spare = self._new_file()
