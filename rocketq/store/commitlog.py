@@ -282,14 +282,15 @@ class CommitLog:
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
-        f, base, free = self._tail()
+        need = sized[0][2] if len(sized) == 1 else sum(size for _m, _p, size in sized)
+        f, base, free = self._tail(need)
         parts: list[bytes | memoryview] = []
         extend = parts.extend
         encode = record_parts
         blank_room = END_FILE_MIN_BLANK_LENGTH
         for m, topic_part, size in sized:
             if size + blank_room > free:
-                f, base, free = self._seal(f, free, parts)
+                f, base, free = self._seal(f, free, parts, need)
             if m.sysflag & tran_mask in uncounted:
                 queue_offset = 0  # half and rollback records get no ConsumeQueue unit
             else:
@@ -309,19 +310,25 @@ class CommitLog:
             cb(base)
         return results
 
-    def _seal(self, f: MappedFile, free: int, parts: list[bytes]
+    def _seal(self, f: MappedFile, free: int, parts: list[bytes], need: int
               ) -> tuple[MappedFile, int, int]:
         """Write ``parts`` and the blank filler that closes ``f``; return the next file, its
-        first offset and its free space."""
+        first offset and its free space (see :meth:`_tail` for ``need``)."""
         parts.append(_BLANK.pack(free, BLANK_MAGIC))
         f.append(b"".join(parts))
         f.wrote_position = f.file_size
         parts.clear()
-        return self._tail()
+        return self._tail(need)
 
-    def _tail(self) -> tuple[MappedFile, int, int]:
-        """The file appends go to, the CommitLog offset of its end and its free space."""
+    def _tail(self, need: int) -> tuple[MappedFile, int, int]:
+        """The file appends go to, the CommitLog offset of its end and its free space, with
+        the blocks of its next ``need`` bytes and a blank filler reserved
+        (``MappedFile.reserve``): an append that finds no room on the disk is refused here,
+        before it assigns a queue offset, not half-way through writing."""
         f = self.files.last_for_write()
+        end = f.wrote_position + need + END_FILE_MIN_BLANK_LENGTH
+        if end > f.reserved_to:
+            f.reserve(min(end, f.file_size))
         return f, f.from_offset + f.wrote_position, f.free_space
 
     def append_batch(self, batch: BatchMessage) -> Sequence[PutResult]:
@@ -388,7 +395,9 @@ class CommitLog:
         ok = PutStatus.PUT_OK
         prefix = self.msg_id_prefix
         now = int(time.time() * 1000)
-        f, base, free = self._tail()
+        # At most this many bytes of records (as the compiled path counts them).
+        need = len(batch.body) + len(elements) * (fixed + len(separated))
+        f, base, free = self._tail(need)
         parts: list = []
         extend = parts.extend
         for i, (flag, start, body_len, props_start, props_len) in enumerate(elements):
@@ -399,7 +408,7 @@ class CommitLog:
             if size + END_FILE_MIN_BLANK_LENGTH > free:
                 if counted:  # the records sealed below hold these offsets, whatever follows
                     self.queue_offsets[key] = queue_offset
-                f, base, free = self._seal(f, free, parts)
+                f, base, free = self._seal(f, free, parts, need)
             extend(record_parts(size, queue_id, flag, queue_offset, base, sysflag, born_ts,
                                 born_host, born_port, now, store_host, store_port, reconsume,
                                 prepared[i] if prepared is not None else 0,
@@ -472,7 +481,7 @@ class CommitLog:
         if len(scratch) < need:
             scratch = self._scratch = bytearray(need)
         encode = records.encoder.batch_encode
-        f, base, free = self._tail()
+        f, base, free = self._tail(need)
         pos = k = 0
         while True:
             w, pos, done, base, queue_offset = encode(
@@ -491,7 +500,7 @@ class CommitLog:
                 raise MessageTooLargeError("the record does not fit in a CommitLog file")
             if counted:  # the records written hold these offsets, whatever follows
                 self.queue_offsets[key] = queue_offset
-            f, base, free = self._seal(f, free, [])
+            f, base, free = self._seal(f, free, [], need)
             k = done
         if counted:
             self.queue_offsets[key] = queue_offset
@@ -542,9 +551,13 @@ class CommitLog:
         encode = records.encoder.messages_encode
         scratch = self._scratch
         assert scratch is not None
-        f, base, free = self._tail()
+        f, base, free = self._tail(len(scratch))
         k = 0
         while k < n:
+            # One call writes at most a scratch buffer of records into the file.
+            if f.wrote_position + len(scratch) + END_FILE_MIN_BLANK_LENGTH > f.reserved_to:
+                f.reserve(min(f.file_size,
+                              f.wrote_position + len(scratch) + END_FILE_MIN_BLANK_LENGTH))
             w, done, base = encode(scratch, 0, msgs, k, self._topic_parts, free, base,
                                    self.queue_offsets, now, self.store_host, self.store_port,
                                    results.offsets, results.sizes, results.queue_numbers)
@@ -556,7 +569,7 @@ class CommitLog:
                 size = (RECORD_FIXED_SIZE + len(m.body) + len(self._topic_parts[m.topic])
                         + len(m.properties))
                 if size + END_FILE_MIN_BLANK_LENGTH > free:
-                    f, base, free = self._seal(f, free, [])
+                    f, base, free = self._seal(f, free, [], len(scratch))
                 else:
                     scratch = self._scratch = bytearray(size)
             k = done

@@ -13,6 +13,7 @@ import struct
 import threading
 from collections.abc import Iterable
 
+from .allocation import data_segments
 from .mapped_file import MappedFile, MappedFileQueue
 
 UNIT_SIZE = 20
@@ -72,7 +73,10 @@ class ConsumeQueue:
         """Write ``count`` consecutive encoded units (``data``) from ``first_offset``;
         ``end_phys`` is one past the CommitLog end of the last one's record. Idempotent:
         units already present are kept, so recovery can re-dispatch a stretch of the
-        CommitLog safely. Returns True if anything was written."""
+        CommitLog safely. Returns True if anything was written. DiskFullError when the
+        blocks for them cannot be reserved (a put reserves them before it is acknowledged,
+        see ``MappedFileQueue.make_ahead``; a slave's dispatch of its master's log does not):
+        the units of the files before stay written."""
         pos = first_offset * UNIT_SIZE
         files = self.files
         last = files.last
@@ -94,6 +98,8 @@ class ConsumeQueue:
             f = self._file_for(pos)
             rel = pos - f.from_offset
             n = min(count - done, (self.file_size - rel) // UNIT_SIZE)
+            if rel + n * UNIT_SIZE > f.reserved_to:  # reserved by the put, unless a replica's
+                f.reserve(rel + n * UNIT_SIZE)
             f.view[rel:rel + n * UNIT_SIZE] = data[done * UNIT_SIZE:(done + n) * UNIT_SIZE]
             f.wrote_position = rel + n * UNIT_SIZE
             pos += n * UNIT_SIZE
@@ -109,6 +115,9 @@ class ConsumeQueue:
             assert last is not None
             if pos < last.from_offset + self.file_size:
                 return last
+            # Skipped over (a queue that resumed further on): its unwritten end still reads
+            # as units, so its blocks must exist (reads through a mapping on tmpfs allocate).
+            last.reserve(self.file_size)
             last.wrote_position = self.file_size
             files.create(last.from_offset + self.file_size)
 
@@ -162,7 +171,7 @@ class ConsumeQueue:
         last = self.files.last
         assert last is not None
         last.flushed_position = last.wrote_position
-        lead = _leading_zero_units(first.view) if end > first.from_offset else 0
+        lead = _leading_zero_units(first) if end > first.from_offset else 0
         self.min_logic_offset = first.from_offset // UNIT_SIZE + lead
         unit = self.unit(self.max_offset - 1) if self.max_offset > self.min_logic_offset else None
         self.max_physic_offset = unit[0] + unit[1] if unit else 0
@@ -344,8 +353,22 @@ def _units_up_to_last(f: MappedFile) -> int:
     return 0
 
 
-def _leading_zero_units(view: memoryview) -> int:
-    """How many whole zero units open a file."""
-    data = bytes(view)
-    nonzero = len(data) - len(data.lstrip(b"\x00"))
-    return nonzero // UNIT_SIZE
+def _leading_zero_units(f: MappedFile) -> int:
+    """How many whole zero units open a file. Only the parts holding data are read, with
+    ``pread``: through the mapping, every page up to the first unit would be faulted in, and
+    on tmpfs a page of the file's unreserved end allocated (a SIGBUS on a full one)."""
+    segments = data_segments(f.fd, 0, f.file_size)
+    buf = bytearray(_SCAN_CHUNK)
+    for start, stop in segments:
+        pos = start
+        while pos < stop:
+            view = memoryview(buf)[:min(_SCAN_CHUNK, stop - pos)]
+            got = os.preadv(f.fd, [view], pos)
+            if not got:
+                break
+            data = bytes(view[:got])
+            stripped = data.lstrip(b"\x00")
+            if stripped:
+                return (pos + got - len(stripped)) // UNIT_SIZE
+            pos += got
+    return f.file_size // UNIT_SIZE

@@ -261,7 +261,7 @@ class Dispatcher:
         if index_keys:
             self._indexing(offset, len(index_keys), index.put_many, index_keys,
                            index_offsets, index_times)
-        if index is not None and index.spare is None and index.files:
+        if index is not None and index.files and not index.ready:
             self.make_index_spare()
         self.reput_offset = offset
         if error is not None:

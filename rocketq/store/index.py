@@ -5,6 +5,11 @@ entries ``[key hash i32][commitlog offset i64][seconds since the file began i32]
 entry i32]``. A slot holds the newest entry of its hash; entries chain back through "previous".
 Files are named by their creation time (``yyyyMMddHHmmssSSS``) under ``index/``. The key of an
 entry is ``topic#key`` for every KEYS entry and for UNIQ_KEY.
+
+A file is sparse (see ``allocation``): its header and hash slots (written anywhere) are
+reserved when it is made, its entries (written in order) :data:`ENTRY_STEP` at a time ahead of
+the writes, and half a step more is kept in hand (:meth:`Index.make_spare`) so that the keys
+of messages acknowledged before the disk filled still find room.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ ENTRY_SIZE = 20
 _MAX_INT = 0x7FFFFFFF
 #: Below this many keys, index entries are written one by one.
 _BULK_MIN = 24
+#: Bytes of entries reserved at a time ahead of the writes (52,428 entries).
+ENTRY_STEP = 1 << 20
 
 
 _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("time_diff", ">i4"),
@@ -108,9 +115,11 @@ class IndexFile:
         self.slot_num = slot_num
         self.index_num = index_num
         size = HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
-        self.file = MappedFile(path, 0, size, create=create)
-        self.path = path
         self._entries_at = HEADER_SIZE + slot_num * SLOT_SIZE
+        self.file = MappedFile(path, 0, size, create=create,
+                               reserve=self._entries_at + ENTRY_STEP)
+        self.file.reserve_step = min(ENTRY_STEP, size)
+        self.path = path
         if create:
             self.begin_timestamp = self.end_timestamp = 0
             self.begin_phy_offset = self.end_phy_offset = 0
@@ -166,10 +175,33 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
 
+    def _reserve_entries(self, n: int) -> None:
+        """Reserve the blocks of the next ``n`` entries (and of the one after them, which
+        recovery reads) before any is written; DiskFullError when there is no room."""
+        end = self._entries_at + (self.index_count + n + 1) * ENTRY_SIZE
+        if end > self.file.reserved_to:
+            self.file.reserve(min(end, self.file.file_size))
+
+    def _in_hand_end(self) -> int:
+        end = self._entries_at + (self.index_count + 1) * ENTRY_SIZE + ENTRY_STEP // 2
+        return min(end, self.file.file_size)
+
+    @property
+    def has_room_in_hand(self) -> bool:
+        """Whether half a step of entries past the last one is reserved (or the file's end
+        is)."""
+        return self._in_hand_end() <= self.file.reserved_to
+
+    def reserve_in_hand(self) -> None:
+        """Reserve half a step of entries past the last one, and a step more; DiskFullError
+        when there is no room."""
+        self.file.reserve(self._in_hand_end())
+
     def put(self, key_hash: int, commitlog_offset: int, store_timestamp: int) -> bool:
         """Add one entry; False when the file is full."""
         if self.index_count >= self.index_num:
             return False
+        self._reserve_entries(1)
         view = self.file.view
         slot_at = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
         prev = SLOT.unpack_from(view, slot_at)[0]
@@ -200,6 +232,7 @@ class IndexFile:
         if n <= 0:
             return 0
         hashes, phys, timestamps = hashes[:n], phys[:n], timestamps[:n]
+        self._reserve_entries(n)
         if self.index_count <= 1:
             self.begin_timestamp = int(timestamps[0])
             self.begin_phy_offset = int(phys[0])
@@ -245,6 +278,7 @@ class IndexFile:
         ``index_put``), as :meth:`put` adds one; return how many fit."""
         if self.index_count >= self.index_num or n <= 0:
             return 0
+        self._reserve_entries(min(n, self.index_num - self.index_count))
         if self.index_count <= 1:
             self.begin_timestamp = times[start]
             self.begin_phy_offset = offsets[start]
@@ -329,13 +363,24 @@ class Index:
                 return f.end_phy_offset
         return -1
 
+    @property
+    def ready(self) -> bool:
+        """Whether the next file is made and the file being written has a step of entries
+        reserved in hand (:meth:`make_spare` otherwise)."""
+        files = self.files
+        return self.spare is not None and (not files or files[-1].has_room_in_hand)
+
     def make_spare(self) -> None:
-        """Make the next file now unless one is ready: the store refuses puts while it cannot
-        (OSError, ENOSPC on a full disk), so that the file being written always has a
-        successor for the entries of messages already acknowledged."""
+        """Make the next file now unless one is ready, and reserve entries in hand in the
+        file being written (:meth:`IndexFile.reserve_in_hand`): the store refuses puts while
+        it cannot (OSError, ENOSPC on a full disk), so that the entries of messages already
+        acknowledged always find room (in the entries in hand, or in the next file)."""
         with self._spare_lock:
             if self.spare is None:
                 self.spare = self._new_file()
+        files = self.files
+        if files and not files[-1].has_room_in_hand:
+            files[-1].reserve_in_hand()
 
     def _new_file(self) -> IndexFile:
         now = time.time()

@@ -1,11 +1,12 @@
 """Fixed-size memory-mapped files and the ordered queue of them (RocketMQ's MappedFile and
 MappedFileQueue).
 
-A file is named by the 20-digit offset of its first byte and preallocated on creation with
-``posix_fallocate``, so that a full disk shows up as a clear ENOSPC when a file is made, never
-as a SIGBUS in the middle of writing to the mapping. Writes go to the mapping, or with
-``pwrite`` into the file (readers keep reading the mapping: on Linux both are the page cache);
-``flush`` makes them durable with ``fdatasync``, which releases the GIL. The first
+A file is named by the 20-digit offset of its first byte and made sparse at its full size;
+its blocks are reserved with ``posix_fallocate`` a step at a time ahead of the appends
+(:mod:`.allocation`), so that a full disk shows up as a clear ENOSPC before anything is
+written, never as a SIGBUS in the middle of writing to the mapping. Writes go to the mapping,
+or with ``pwrite`` into the file (readers keep reading the mapping: on Linux both are the page
+cache); ``flush`` makes them durable with ``fdatasync``, which releases the GIL. The first
 ``fdatasync`` after a write into a block that was reserved but never written also commits the
 filesystem's journal (to record the block as written): zeros written ahead of the appends
 (:meth:`MappedFile.zero_ahead`) take that cost off the SYNC_FLUSH path.
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from . import allocation
 from .errors import DiskFullError, StoreCorruptError, is_disk_full
 
 log = logging.getLogger("rocketq.store")
@@ -67,14 +69,6 @@ def _drop_unfinished_last(directory: str, names: list[str], file_size: int) -> N
     names.pop()
 
 
-def _raise_if_disk_full(exc: OSError, path: str, file_size: int) -> None:
-    """DiskFullError in place of ``exc`` when creating ``path`` failed for want of space."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise DiskFullError(
-            exc.errno, f"the broker's disk is full: no space left to create {path} "
-            f"({file_size} bytes); free disk space or lower the retention time") from exc
-
-
 def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
     """``os.pwrite`` until every byte of ``data`` is written at ``pos`` (a write to a
     regular file may be short)."""
@@ -85,19 +79,24 @@ def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
 
 
 class MappedFile:
-    """One preallocated, memory-mapped file of a MappedFileQueue.
+    """One memory-mapped file of a MappedFileQueue, sparse, with its blocks reserved ahead of
+    its appends.
 
     ``pwrite``: :meth:`append` writes with ``os.pwrite`` rather than through the mapping
     (appends of :data:`PWRITE_MIN_SIZE` bytes or more).
     ``zero_ahead``: the file may be zeroed ahead of its appends (:meth:`zero_ahead`); appends
     and zeroing then take turns under :attr:`write_lock`.
+    ``reserve``: the bytes reserved when the file is made (a step by default; see
+    :meth:`reserve`).
     """
 
     __slots__ = ("path", "from_offset", "file_size", "fd", "mm", "view", "wrote_position",
-                 "flushed_position", "_pending_close", "pwrite", "write_lock", "zeroed_to")
+                 "flushed_position", "_pending_close", "pwrite", "write_lock", "zeroed_to",
+                 "reserved_to", "reserve_step")
 
     def __init__(self, path: str, from_offset: int, file_size: int, *, create: bool,
-                 pwrite: bool = False, zero_ahead: bool = False) -> None:
+                 pwrite: bool = False, zero_ahead: bool = False,
+                 reserve: int | None = None) -> None:
         self.path = path
         self.from_offset = from_offset
         self.file_size = file_size
@@ -108,8 +107,12 @@ class MappedFile:
         self.write_lock: threading.Lock | None = threading.Lock() if zero_ahead else None
         #: Zeros were written up to here (past ``wrote_position`` they are still zeros).
         self.zeroed_to = 0
+        #: Bytes reserved ahead of the writes at a time (:func:`allocation.reserve_step`).
+        self.reserve_step = allocation.reserve_step(file_size)
         if create:
-            fd = self._create(path, file_size)
+            fd, self.reserved_to = allocation.create_sparse(
+                path, path + TMP_SUFFIX, file_size,
+                self.reserve_step if reserve is None else reserve)
         else:
             fd = os.open(path, os.O_RDWR)
             size = os.fstat(fd).st_size
@@ -118,53 +121,13 @@ class MappedFile:
                 raise StoreCorruptError(
                     f"{path} is {size} bytes, expected {file_size}: the configured file size "
                     "differs from the one the store was written with")
+            #: The blocks of bytes ``[0, reserved_to)`` exist: writes go below it only.
+            self.reserved_to = allocation.allocated_prefix(fd, file_size)
         self.fd = fd
         self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
         self.view = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
-
-    @staticmethod
-    def _create(path: str, file_size: int) -> int:
-        """Make the file at its full size under a temporary name, then rename it into place:
-        a process killed while creating it leaves no short file under the real name (which
-        the next start would refuse), only a ``.tmp`` that loading removes."""
-        tmp = path + TMP_SUFFIX
-        if os.path.exists(path):
-            raise FileExistsError(errno.EEXIST, f"{path} exists already")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.posix_fallocate(fd, 0, file_size)
-        except OSError as exc:
-            os.close(fd)
-            os.unlink(tmp)
-            _raise_if_disk_full(exc, path, file_size)
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            fd = MappedFile._create_by_writing(tmp, file_size)
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        return fd
-
-    @staticmethod
-    def _create_by_writing(path: str, file_size: int) -> int:
-        """Fallback for filesystems without fallocate: write zeros so every block exists."""
-        fd = os.open(path, os.O_RDWR)
-        try:
-            remaining = file_size
-            while remaining:
-                n = os.write(fd, _ZERO_CHUNK[:min(remaining, len(_ZERO_CHUNK))])
-                remaining -= n
-        except OSError as exc:
-            os.close(fd)
-            os.unlink(path)
-            _raise_if_disk_full(exc, path.removesuffix(TMP_SUFFIX), file_size)
-            raise
-        return fd
 
     # ------------------------------------------------------------------ writing
     @property
@@ -180,8 +143,8 @@ class MappedFile:
 
         The first four bytes (a record's TOTALSIZE) go last, so a reader that finds a non-zero
         size at a position finds the whole record behind it even if the writer dies mid-copy.
-        With ``pwrite`` a full disk (a file with holes: one not made here) raises
-        DiskFullError and leaves the write position where it was.
+        Bytes past :attr:`reserved_to` are reserved first: a full disk raises DiskFullError
+        and leaves the write position where it was, nothing written.
         """
         lock = self.write_lock
         if lock is None:
@@ -192,6 +155,8 @@ class MappedFile:
     def _append(self, data: bytes | bytearray | memoryview) -> int:
         pos = self.wrote_position
         n = len(data)
+        if pos + n > self.reserved_to:
+            self.reserve(pos + n)
         if self.pwrite and n >= PWRITE_MIN_SIZE:
             whole = memoryview(data)
             try:
@@ -211,8 +176,30 @@ class MappedFile:
         return pos
 
     def write_at(self, pos: int, data: bytes | memoryview) -> None:
-        """Write at an absolute position within the file (ConsumeQueue units)."""
+        """Write at an absolute position within the file (reserving the blocks up to it)."""
+        if pos + len(data) > self.reserved_to:
+            self.reserve(pos + len(data))
         self.view[pos:pos + len(data)] = data
+
+    def reserve(self, end: int) -> None:
+        """Reserve the blocks of bytes ``[0, end)`` and a step (:attr:`reserve_step`) past
+        them, so that the next writes find them and this costs one ``posix_fallocate`` per
+        step. DiskFullError when the disk has no room: nothing is written, and
+        :attr:`reserved_to` stays where it was.
+
+        Threads may reserve the same file at once (the writer, and a put making room for
+        the dispatcher's units): each sets :attr:`reserved_to` only to what it reserved
+        itself, so it may lag the blocks that exist (the next call reserves them again, for
+        nothing) but never runs ahead of them."""
+        start = self.reserved_to
+        if end <= start:
+            return
+        stop = min(self.file_size, end + self.reserve_step)
+        if not allocation.allocate(self.fd, start, stop, self.path):
+            allocation.unsupported_once(self.path)
+            stop = self.file_size
+        if stop > self.reserved_to:
+            self.reserved_to = stop
 
     def flush(self) -> int:
         """Make everything written so far durable; return the flushed position."""
@@ -229,8 +216,8 @@ class MappedFile:
 
         Zeros go only past ``wrote_position``, under :attr:`write_lock` a piece at a time
         (an append never finds its bytes overwritten, nor waits long); the sync runs outside
-        it. DiskFullError when the file has holes (its blocks were not reserved) and the
-        disk has no room: nothing written is touched."""
+        it. DiskFullError when the zeros reach blocks not reserved yet and the disk has no
+        room for them: nothing written is touched."""
         lock = self.write_lock
         if lock is None:
             raise ValueError(f"{self.path} was not opened for zeroing ahead")
@@ -261,6 +248,8 @@ class MappedFile:
                             "without them (SYNC_FLUSH is slower)") from exc
                     raise
                 self.zeroed_to = end
+                if start <= self.reserved_to < end:  # zeros written: their blocks exist
+                    self.reserved_to = end
             done += end - start
             if end == chunk_end or end == self.file_size:
                 break
@@ -477,28 +466,34 @@ class MappedFileQueue:
             return f
 
     def make_ahead(self, first: int, end: int) -> int:
-        """Make sure files exist for every byte in ``[first, end)``, ahead of the writes:
-        the files missing after the last one (or, with none, from the one holding ``first``)
-        are created now and kept aside until :meth:`create` asks for them. A writer that
-        must not fail later (the dispatcher, for units of acknowledged messages) gets its
-        files here, where a full disk can still refuse the put. Returns the offset up to
-        which files exist; raises DiskFullError when one cannot be made (those made before
-        it stay)."""
+        """Make sure files exist, with their blocks reserved, for every byte in
+        ``[first, end)``, ahead of the writes: the files missing after the last one (or, with
+        none, from the one holding ``first``) are created now and kept aside until
+        :meth:`create` asks for them, and the blocks up to ``end`` (and a step past it) are
+        reserved. A writer that must not fail later (the dispatcher, for units of
+        acknowledged messages) gets its room here, where a full disk can still refuse the
+        put. Returns the offset up to which blocks are reserved (``end`` or more); raises
+        DiskFullError when there is no room (the files and blocks made before stay)."""
         with self._lock:
             tail = self._ahead[-1] if self._ahead else self.last
             covered = (tail.from_offset + self.file_size if tail is not None
                        else first - first % self.file_size)
-            if covered >= end:
-                return covered
-            os.makedirs(self.directory, exist_ok=True)
-            made = list(self._ahead)
-            try:
-                while covered < end:
-                    made.append(self._open(covered, create=True))
-                    covered += self.file_size
-            finally:
-                self._ahead = made
-            return covered
+            if covered < end:
+                os.makedirs(self.directory, exist_ok=True)
+                made = list(self._ahead)
+                try:
+                    while covered < end:
+                        made.append(self._open(covered, create=True))
+                        covered += self.file_size
+                finally:
+                    self._ahead = made
+            reserved = covered
+            for f in [*self.files[-1:], *self._ahead]:
+                if f.from_offset >= end:
+                    break
+                f.reserve(min(self.file_size, end - f.from_offset))
+                reserved = f.from_offset + f.reserved_to
+            return reserved
 
     def _drop_ahead(self) -> None:
         """Delete the files made ahead of time (they no longer follow the last file)."""

@@ -127,7 +127,7 @@ class CompiledDispatch:
                 offset = d.reput_offset
                 break  # a bad record (recovery), or one not whole yet
             offset = d.reput_offset
-        if index is not None and index.spare is None and index.files:
+        if index is not None and index.files and not index.ready:
             d.make_index_spare()
         d.reput_offset = offset
         return count, grown

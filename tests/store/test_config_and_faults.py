@@ -95,6 +95,10 @@ g.release()
 store.config.cleanFileForciblyEnable = True
 store.config.diskSpaceCleanForciblyRatio = 0
 assert store.clean_expired_files(manual=True) >= 1
+# Files fill the disk to its last block now (sparse, reserved a step at a time): puts are
+# taken again once it is back under the default diskSpaceCleanForciblyRatio.
+store.config.diskSpaceCleanForciblyRatio = 85
+assert store.check_disk() is None
 r = store.put_message(StoreMessage.create("T", b"room again", 0))
 assert store.look_message_by_offset(r.commitlog_offset).body == b"room again"
 store.close()
