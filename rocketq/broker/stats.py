@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
 from bisect import bisect_left
 from collections import deque
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .. import __version__
 from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
 from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
+from ..store.retention import disk_space
 from .stats_items import BrokerStatsItems
 
 if TYPE_CHECKING:
@@ -175,12 +175,12 @@ def human_bytes(n: int) -> str:
 
 
 def _disk_ratio(path: str) -> float:
-    """UtilAll.getDiskPartitionSpaceUsedPercent: used / total of the partition, -1 when the
-    path does not exist."""
+    """UtilAll.getDiskPartitionSpaceUsedPercent: the partition's use as ``df`` gives it (the
+    root reserve counted neither used nor usable), a fraction rounded up to a hundredth, -1
+    when the path does not exist."""
     if not os.path.exists(path):
         return -1.0
-    usage = shutil.disk_usage(path)
-    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+    return disk_space(path).used_percent / 100
 
 
 def earliest_message_time(store: MessageStore) -> int:
@@ -263,9 +263,10 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
     }
     root = cfg.storePathRootDir
     if os.path.exists(root):
-        usage = shutil.disk_usage(root)
-        table["commitLogDirCapacity"] = (f"Total : {human_bytes(usage.total)}, Free : "
-                                         f"{human_bytes(usage.free)}.")
+        # File.getTotalSpace and File.getFreeSpace: Free counts the root reserve, as Java's.
+        space = disk_space(root)
+        table["commitLogDirCapacity"] = (f"Total : {human_bytes(space.total)}, Free : "
+                                         f"{human_bytes(space.free)}.")
     # ScheduleMessageService.buildRunningStats: delivered offset and max offset per level.
     for level, offset in sorted(delay_offsets.items()):
         table[f"scheduleMessageOffset_{level}"] = (
