@@ -34,6 +34,7 @@ import orjson
 
 from ..ha import HAClient, HAServer
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
+from ..protocol.topic import Perm
 from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
 from ..store.config import SLAVE, SYNC_MASTER
@@ -579,8 +580,11 @@ class Broker:
     def runtime_info(self) -> dict[str, str]:
         """The GET_BROKER_RUNTIME_INFO table, from the stats, the store, and the sends,
         pulls and delayed messages waiting."""
+        refusal = (None if self.config.brokerPermission & Perm.WRITE else
+                   f"brokerPermission={self.config.brokerPermission} forbids writes")
         table = _runtime_info(self.stats, self.store,  # type: ignore[arg-type]
-                              self.send.queued, self.pull.held, self.schedule.offsets)
+                              self.send.queued, self.pull.held, self.schedule.offsets,
+                              refusal or self._writer.refusal())
         if self.replicas is not None and self.replicas.role is not None:
             # Controller mode (not in RocketMQ's table): the epoch this broker's role is from.
             table["masterEpoch"] = str(self.replicas.role.master_epoch)

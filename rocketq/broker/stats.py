@@ -205,14 +205,15 @@ def _runtime(seconds: float) -> str:
 
 
 def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pulls: int,
-                 delay_offsets: dict[int, int]) -> dict[str, str]:
+                 delay_offsets: dict[int, int], refusal: str | None = None) -> dict[str, str]:
     """The GET_BROKER_RUNTIME_INFO table: RocketMQ's keys, each value in the form RocketMQ
     writes it. Keys of things rocketq does not have (thread pool capacities, the transient
     store pool, put latency histograms) are left out rather than filled with made-up
     values.
 
     ``queued_sends`` and ``held_pulls`` are the sends waiting to be appended and the pulls
-    held for messages; ``delay_offsets`` is the delivered offset of each delay level."""
+    held for messages; ``delay_offsets`` is the delivered offset of each delay level;
+    ``refusal`` why the broker refuses every send now (None while it takes them)."""
     commitlog = store.commitlog
     cfg = store.config
     lag_ms = str(int(stats.loop_lag * 1000))
@@ -260,7 +261,13 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
         f"commitLogDiskRatio_{cfg.storePathCommitLog}": repr(_disk_ratio(
             cfg.storePathCommitLog)),
         "consumeQueueDiskRatio": repr(_disk_ratio(cfg.store_path_consume_queue)),
+        # Not in RocketMQ's table: whether sends are taken (RunningFlags.isWriteable, with
+        # the broker's permission and, in controller mode, its lease and in-sync replicas),
+        # and why not, for the dashboard and rocketq admin.
+        "writeable": "false" if refusal else "true",
     }
+    if refusal:
+        table["notWriteableReason"] = refusal
     root = cfg.storePathRootDir
     if os.path.exists(root):
         # File.getTotalSpace and File.getFreeSpace: Free counts the root reserve, as Java's.

@@ -57,6 +57,27 @@ class StoreWriter:
         #: starts at the limit: the first rounds go to the thread and measure the disk.
         self.fsync_seconds = INLINE_FSYNC_MAX
 
+    def refusal(self) -> str | None:
+        """Why every put is refused now, in the words its refusal is answered with: the
+        store is full (a disk over ``diskSpaceWarningLevelRatio``, or a ConsumeQueue or
+        index file that could not be made), a controller-mode master without its lease, or
+        too few in-sync replicas. None while puts are taken. A slave is not counted: it
+        never takes sends, and its role says so."""
+        store = self.store
+        if store.refusal is not None:
+            return store.refusal
+        if store.config.is_slave:
+            return None
+        if self.may_write is not None and not self.may_write():
+            return "this broker is not its group's master now (no lease from the controller)"
+        replicas = self.replicas
+        if replicas is not None and replicas.sync_members is not None:
+            in_sync = len(replicas.sync_members) + 1
+            if in_sync < store.config.minInSyncReplicas:
+                return (f"in-sync replicas not enough: {in_sync} in the SyncStateSet, "
+                        f"minInSyncReplicas is {store.config.minInSyncReplicas}")
+        return None
+
     async def put_messages(self, messages: Sequence[StoreMessage] | BatchMessage
                            ) -> list[PutResult]:
         """Like ``MessageStore.put_messages``, but waits for a SYNC_FLUSH without blocking
