@@ -21,8 +21,10 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..ha import HAServer
+from ..protocol.topic import Perm
 from ..store import (
     BatchMessage,
     InSyncReplicasNotEnoughError,
@@ -33,6 +35,9 @@ from ..store import (
     StoreMessage,
 )
 from ..store.message_store import mark_status
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
 
 #: Mean fsync time (seconds) under which flush rounds fsync on the event loop itself.
 INLINE_FSYNC_MAX = 0.002
@@ -212,3 +217,11 @@ class StoreWriter:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+def send_refusal(config: BrokerConfig, writer: StoreWriter) -> str | None:
+    """Why the broker refuses every send now, None while it takes them: its
+    ``brokerPermission`` without write, else :meth:`StoreWriter.refusal`."""
+    if not config.brokerPermission & Perm.WRITE:
+        return f"brokerPermission={config.brokerPermission} forbids writes"
+    return writer.refusal()

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 
 from .errors import DiskFullError, StoreCorruptError, is_disk_full
+from .reference import ReferenceResource
 
 log = logging.getLogger("rocketq.store")
 
@@ -39,9 +40,6 @@ _PAGE = mmap.PAGESIZE
 #: (measured with SYNC_FLUSH: the two system calls pay from records of 2-3 KiB, and cost
 #: more than the page faults they save for records of 1 KiB and less, many to an fsync).
 PWRITE_MIN_SIZE = 2048
-#: Seconds a deleted file waits for its readers to give back their holds before it is unmapped
-#: anyway (RocketMQ's ``destroyMapedFileIntervalForcibly`` default, 120 s).
-DESTROY_INTERVAL_FORCIBLY = 120.0
 
 
 def offset_to_name(offset: int) -> str:
@@ -87,8 +85,9 @@ def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
         pos += n
 
 
-class MappedFile:
-    """One preallocated, memory-mapped file of a MappedFileQueue.
+class MappedFile(ReferenceResource):
+    """One preallocated, memory-mapped file of a MappedFileQueue; readers hold it while they
+    slice it (:class:`ReferenceResource`).
 
     ``pwrite``: :meth:`append` writes with ``os.pwrite`` rather than through the mapping
     (appends of :data:`PWRITE_MIN_SIZE` bytes or more).
@@ -97,21 +96,15 @@ class MappedFile:
     """
 
     __slots__ = ("path", "from_offset", "file_size", "fd", "mm", "view", "wrote_position",
-                 "flushed_position", "_pending_close", "pwrite", "write_lock", "zeroed_to",
-                 "_holds", "_available", "_hold_lock", "_shutdown_at")
+                 "flushed_position", "_pending_close", "pwrite", "write_lock", "zeroed_to")
 
     def __init__(self, path: str, from_offset: int, file_size: int, *, create: bool,
                  pwrite: bool = False, zero_ahead: bool = False) -> None:
+        ReferenceResource.__init__(self)
         self.path = path
         self.from_offset = from_offset
         self.file_size = file_size
         self._pending_close = False
-        # ReferenceResource: readers hold the file while they slice it; close() waits for
-        # them (see hold).
-        self._holds = 0
-        self._available = True
-        self._hold_lock = threading.Lock()
-        self._shutdown_at = 0.0
         self.pwrite = pwrite
         #: Held by appends (writing, moving ``wrote_position``) and by :meth:`zero_ahead`
         #: (writing zeros past it); None when the file is never zeroed ahead.
@@ -331,50 +324,12 @@ class MappedFile:
         except FileNotFoundError:
             return 0.0
 
-    # ------------------------------------------------------------------ readers' holds
-    def hold(self) -> bool:
-        """RocketMQ's ``ReferenceResource.hold``: count a reader in, so the file is not
-        unmapped under it, and return True; False once the file is being deleted or closed
-        (the reader then treats its bytes as gone). Each hold taken is given back with
-        :meth:`release`."""
-        with self._hold_lock:
-            if not self._available:
-                return False
-            self._holds += 1
-            return True
-
-    def release(self) -> None:
-        """Give back a :meth:`hold`. A file closed meanwhile is unmapped by the next
-        :meth:`close` (its queue retries the files it is closing)."""
-        with self._hold_lock:
-            self._holds -= 1
-
-    def slice(self, pos: int, end: int) -> memoryview | None:
-        """A view of bytes ``[pos, end)`` taken under a hold; None once the file is being
-        deleted or closed."""
-        if not self.hold():
-            return None
-        try:
-            return self.view[pos:end]
-        finally:
-            self.release()
-
     def close(self) -> bool:
-        """Unmap and close. New holds are refused from now on; returns False (and retries on
-        the next call) while a reader holds the file, for at most
-        :data:`DESTROY_INTERVAL_FORCIBLY` seconds (RocketMQ's
-        ``destroyMapedFileIntervalForcibly``: a hold never given back does not keep a deleted
-        file forever), and while readers still hold memoryviews of the mapping."""
-        with self._hold_lock:
-            self._available = False
-            if self._holds > 0:
-                now = time.monotonic()
-                self._shutdown_at = self._shutdown_at or now
-                if now - self._shutdown_at < DESTROY_INTERVAL_FORCIBLY:
-                    self._pending_close = True
-                    return False
-                log.warning("closing %s although %d reader(s) still hold it after %.0f s",
-                            self.path, self._holds, now - self._shutdown_at)
+        """Unmap and close. Returns False (and retries on the next call) while readers hold
+        the file (:meth:`shutdown`) or still hold memoryviews of the mapping."""
+        if not self.shutdown():
+            self._pending_close = True
+            return False
         with self.write_lock or contextlib.nullcontext():  # not while zeros are written
             if self.fd < 0:
                 return True

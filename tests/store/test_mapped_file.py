@@ -91,7 +91,7 @@ def test_files_are_made_under_a_temporary_name(tmp_path, monkeypatch):
 
 def test_a_held_file_is_unmapped_when_its_reader_lets_go_or_after_the_forced_interval(
         tmp_path, monkeypatch):
-    from rocketq.store import mapped_file
+    from rocketq.store import reference
 
     f = MappedFile(str(tmp_path / ("0" * 20)), 0, 4096, create=True)
     f.append(b"record")
@@ -104,5 +104,5 @@ def test_a_held_file_is_unmapped_when_its_reader_lets_go_or_after_the_forced_int
     g = MappedFile(str(tmp_path / ("0" * 19 + "1")), 1, 4096, create=True)
     assert g.hold()  # a hold never given back
     assert g.close() is False
-    monkeypatch.setattr(mapped_file, "DESTROY_INTERVAL_FORCIBLY", 0.0)
+    monkeypatch.setattr(reference, "DESTROY_INTERVAL_FORCIBLY", 0.0)
     assert g.close() is True and g.fd == -1
