@@ -49,6 +49,8 @@ test-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2)
 	@command -v nft >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables)
+	@(command -v mkfs.ext4 && command -v losetup) >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs mount)
 
 # Every test runs on the compiled codec, spread over worker processes (most tests wait on
 # sockets, sleeps and child processes, so more workers than cores pays); then the tests of

@@ -60,7 +60,7 @@ from .sink import SinkCommits
 from .slave_sync import SlaveSync
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
-from .store_writer import StoreWriter
+from .store_writer import StoreWriter, send_refusal
 from .subscription_groups import SubscriptionGroupTable, subscription_group_handlers
 from .timer import TimerWheel
 from .topics import TopicTable
@@ -577,10 +577,10 @@ class Broker:
         return self.send_back.dead_letter_topic(group)
 
     def runtime_info(self) -> dict[str, str]:
-        """The GET_BROKER_RUNTIME_INFO table, from the stats, the store, and the sends,
-        pulls and delayed messages waiting."""
+        """The GET_BROKER_RUNTIME_INFO table: stats, store, work waiting, sends refused."""
         table = _runtime_info(self.stats, self.store,  # type: ignore[arg-type]
-                              self.send.queued, self.pull.held, self.schedule.offsets)
+                              self.send.queued, self.pull.held, self.schedule.offsets,
+                              send_refusal(self.config, self._writer))
         if self.replicas is not None and self.replicas.role is not None:
             # Controller mode (not in RocketMQ's table): the epoch this broker's role is from.
             table["masterEpoch"] = str(self.replicas.role.master_epoch)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
 from bisect import bisect_left
 from collections import deque
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .. import __version__
 from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
 from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
+from ..store.retention import disk_space
 from .stats_items import BrokerStatsItems
 
 if TYPE_CHECKING:
@@ -175,12 +175,12 @@ def human_bytes(n: int) -> str:
 
 
 def _disk_ratio(path: str) -> float:
-    """UtilAll.getDiskPartitionSpaceUsedPercent: used / total of the partition, -1 when the
-    path does not exist."""
+    """UtilAll.getDiskPartitionSpaceUsedPercent: the partition's use as ``df`` gives it (the
+    root reserve counted neither used nor usable), a fraction rounded up to a hundredth, -1
+    when the path does not exist."""
     if not os.path.exists(path):
         return -1.0
-    usage = shutil.disk_usage(path)
-    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+    return disk_space(path).used_percent / 100
 
 
 def earliest_message_time(store: MessageStore) -> int:
@@ -205,14 +205,15 @@ def _runtime(seconds: float) -> str:
 
 
 def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pulls: int,
-                 delay_offsets: dict[int, int]) -> dict[str, str]:
+                 delay_offsets: dict[int, int], refusal: str | None = None) -> dict[str, str]:
     """The GET_BROKER_RUNTIME_INFO table: RocketMQ's keys, each value in the form RocketMQ
     writes it. Keys of things rocketq does not have (thread pool capacities, the transient
     store pool, put latency histograms) are left out rather than filled with made-up
     values.
 
     ``queued_sends`` and ``held_pulls`` are the sends waiting to be appended and the pulls
-    held for messages; ``delay_offsets`` is the delivered offset of each delay level."""
+    held for messages; ``delay_offsets`` is the delivered offset of each delay level;
+    ``refusal`` why the broker refuses every send now (None while it takes them)."""
     commitlog = store.commitlog
     cfg = store.config
     lag_ms = str(int(stats.loop_lag * 1000))
@@ -260,12 +261,19 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
         f"commitLogDiskRatio_{cfg.storePathCommitLog}": repr(_disk_ratio(
             cfg.storePathCommitLog)),
         "consumeQueueDiskRatio": repr(_disk_ratio(cfg.store_path_consume_queue)),
+        # Not in RocketMQ's table: whether sends are taken (RunningFlags.isWriteable, with
+        # the broker's permission and, in controller mode, its lease and in-sync replicas),
+        # and why not, for the dashboard and rocketq admin.
+        "writeable": "false" if refusal else "true",
     }
+    if refusal:
+        table["notWriteableReason"] = refusal
     root = cfg.storePathRootDir
     if os.path.exists(root):
-        usage = shutil.disk_usage(root)
-        table["commitLogDirCapacity"] = (f"Total : {human_bytes(usage.total)}, Free : "
-                                         f"{human_bytes(usage.free)}.")
+        # File.getTotalSpace and File.getFreeSpace: Free counts the root reserve, as Java's.
+        space = disk_space(root)
+        table["commitLogDirCapacity"] = (f"Total : {human_bytes(space.total)}, Free : "
+                                         f"{human_bytes(space.free)}.")
     # ScheduleMessageService.buildRunningStats: delivered offset and max offset per level.
     for level, offset in sorted(delay_offsets.items()):
         table[f"scheduleMessageOffset_{level}"] = (

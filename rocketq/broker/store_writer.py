@@ -21,8 +21,10 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..ha import HAServer
+from ..protocol.topic import Perm
 from ..store import (
     BatchMessage,
     InSyncReplicasNotEnoughError,
@@ -33,6 +35,9 @@ from ..store import (
     StoreMessage,
 )
 from ..store.message_store import mark_status
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
 
 #: Mean fsync time (seconds) under which flush rounds fsync on the event loop itself.
 INLINE_FSYNC_MAX = 0.002
@@ -56,6 +61,27 @@ class StoreWriter:
         #: Moving average of fsync durations, seconds (what decides where rounds fsync). It
         #: starts at the limit: the first rounds go to the thread and measure the disk.
         self.fsync_seconds = INLINE_FSYNC_MAX
+
+    def refusal(self) -> str | None:
+        """Why every put is refused now, in the words its refusal is answered with: the
+        store is full (a disk over ``diskSpaceWarningLevelRatio``, or a ConsumeQueue or
+        index file that could not be made), a controller-mode master without its lease, or
+        too few in-sync replicas. None while puts are taken. A slave is not counted: it
+        never takes sends, and its role says so."""
+        store = self.store
+        if store.refusal is not None:
+            return store.refusal
+        if store.config.is_slave:
+            return None
+        if self.may_write is not None and not self.may_write():
+            return "this broker is not its group's master now (no lease from the controller)"
+        replicas = self.replicas
+        if replicas is not None and replicas.sync_members is not None:
+            in_sync = len(replicas.sync_members) + 1
+            if in_sync < store.config.minInSyncReplicas:
+                return (f"in-sync replicas not enough: {in_sync} in the SyncStateSet, "
+                        f"minInSyncReplicas is {store.config.minInSyncReplicas}")
+        return None
 
     async def put_messages(self, messages: Sequence[StoreMessage] | BatchMessage
                            ) -> list[PutResult]:
@@ -191,3 +217,11 @@ class StoreWriter:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+def send_refusal(config: BrokerConfig, writer: StoreWriter) -> str | None:
+    """Why the broker refuses every send now, None while it takes them: its
+    ``brokerPermission`` without write, else :meth:`StoreWriter.refusal`."""
+    if not config.brokerPermission & Perm.WRITE:
+        return f"brokerPermission={config.brokerPermission} forbids writes"
+    return writer.refusal()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClientError
+from .brokers import BrokerBook
 
 if TYPE_CHECKING:
     from ..client.admin import AsyncAdmin
@@ -60,6 +61,8 @@ class Sampler:
         #: The last failure to sample, shown on the pages until a sample succeeds.
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
+        #: The brokers seen, and their counts of the day (every sample and page feeds it).
+        self.brokers = BrokerBook()
 
     def start(self) -> None:
         """Begin sampling (the first sample at once)."""
@@ -95,7 +98,7 @@ class Sampler:
     async def sample(self) -> Sample:
         """One sample, taken now."""
         tps = {}
-        for broker in await self.admin.cluster():
+        for broker in self.brokers.update(await self.admin.cluster()):
             if getattr(broker, "error", None):
                 continue
             tps[broker_key(broker)] = (float(broker.put_tps or 0), float(broker.get_tps or 0))

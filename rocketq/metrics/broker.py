@@ -11,7 +11,6 @@ is said in ``docs/metrics.md``.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import Metric
 
 from ..broker.stats import SIZE_BUCKETS, earliest_message_time
+from ..store.retention import disk_space
 from .labels import (
     CONSUME_MODES,
     Node,
@@ -180,8 +180,8 @@ class BrokerCollector:
                           "store (storePathRootDir)", *names)
         root = store.config.storePathRootDir
         if os.path.isdir(root):
-            usage = shutil.disk_usage(root)
-            node.add(size, local, usage.total - usage.free)
+            # DefaultStoreMetricsManager: getTotalSpace - getFreeSpace, df's Used.
+            node.add(size, local, disk_space(root).used)
         commitlog = store.commitlog
         flush = node.gauge("rocketmq_storage_flush_behind_bytes", "CommitLog bytes not "
                            "flushed to disk yet", *names)

@@ -132,7 +132,7 @@ class CommitLog:
         pos = offset - f.from_offset
         if pos + size > f.wrote_position:
             return None
-        return f.view[pos:pos + size]
+        return f.slice(pos, pos + size)
 
     def record_size_at(self, offset: int) -> int:
         """TOTALSIZE of the record at ``offset`` (0 when there is none)."""
@@ -140,9 +140,12 @@ class CommitLog:
         if f is None:
             return 0
         pos = offset - f.from_offset
-        if pos + 8 > f.wrote_position:
+        if pos + 8 > f.wrote_position or not f.hold():
             return 0
-        size, magic = _BLANK.unpack_from(f.view, pos)
+        try:
+            size, magic = _BLANK.unpack_from(f.view, pos)
+        finally:
+            f.release()
         if magic not in (MAGIC_V1, MAGIC_V2) or size <= 0 or pos + size > f.wrote_position:
             return 0
         return size
@@ -160,7 +163,7 @@ class CommitLog:
             return None
         pos = offset - f.from_offset
         n = min(max_size, f.wrote_position - pos)
-        return f.view[pos:pos + n] if n > 0 else None
+        return f.slice(pos, pos + n) if n > 0 else None
 
     # ------------------------------------------------------------------ writing
     def append_replica(self, offset: int, data: bytes | memoryview) -> int:

@@ -132,15 +132,18 @@ class ConsumeQueue:
         stop = min(f.wrote_position, rel + max_count * UNIT_SIZE)
         if stop <= rel:
             return None
-        return f.view[rel:stop]
+        return f.slice(rel, stop)
 
     def unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         """``(commitlog offset, size, tag code)`` of one unit, or None."""
         pos = queue_offset * UNIT_SIZE
         f = self.files.find(pos)
-        if f is None or pos - f.from_offset + UNIT_SIZE > f.wrote_position:
+        if f is None or pos - f.from_offset + UNIT_SIZE > f.wrote_position or not f.hold():
             return None
-        return UNIT.unpack_from(f.view, pos - f.from_offset)
+        try:
+            return UNIT.unpack_from(f.view, pos - f.from_offset)
+        finally:
+            f.release()
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> None:

@@ -14,6 +14,7 @@ of messages acknowledged before the disk filled still find room.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -25,6 +26,8 @@ import numpy as np
 from ..protocol import codec
 from ..protocol.message import java_hash
 from .mapped_file import MappedFile
+
+log = logging.getLogger("rocketq.store")
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
@@ -320,6 +323,40 @@ class IndexFile:
     def overlaps(self, begin: int, end: int) -> bool:
         return self.begin_timestamp <= end + 999 and begin <= self.end_timestamp + 999
 
+    def truncate(self, cut: int) -> int:
+        """Drop the entries of records at or after CommitLog offset ``cut`` (a cut tail):
+        entries are in CommitLog order, so they are the last ones. Each goes from the newest
+        back, its slot given back the entry before it in its chain, and its bytes cleared
+        (so that the walk over entries after a crash does not count it again). Returns how
+        many were dropped."""
+        view = self.file.view
+        count = self.index_count
+        while count > 1:
+            at = self._entries_at + (count - 1) * ENTRY_SIZE
+            key_hash, phys, _, prev = ENTRY.unpack_from(view, at)
+            if phys < cut:
+                break
+            slot_at = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
+            if SLOT.unpack_from(view, slot_at)[0] == count - 1:
+                SLOT.pack_into(view, slot_at, prev if 0 < prev < count - 1 else 0)
+                if not 0 < prev < count - 1:
+                    self.hash_slot_count = max(0, self.hash_slot_count - 1)
+            ENTRY.pack_into(view, at, 0, 0, 0, 0)
+            count -= 1
+        dropped = self.index_count - count
+        if dropped:
+            self.index_count = count
+            if count > 1:
+                _, phys, time_diff, _ = ENTRY.unpack_from(
+                    view, self._entries_at + (count - 1) * ENTRY_SIZE)
+                self.end_phy_offset = phys
+                self.end_timestamp = self.begin_timestamp + time_diff * 1000
+            else:
+                self.begin_timestamp = self.end_timestamp = 0
+                self.begin_phy_offset = self.end_phy_offset = 0
+            self._write_header()
+        return dropped
+
     def flush(self) -> None:
         self._write_header()
         self.file.wrote_position = self.file.file_size
@@ -444,6 +481,22 @@ class Index:
             if f.overlaps(begin, end):
                 out.extend(f.query(h, max_num - len(out), begin, end))
         return out
+
+    def truncate(self, cut: int) -> int:
+        """Drop every entry of a record at or after CommitLog offset ``cut``: the CommitLog
+        was cut there (a demoted master's tail), or recovery holds at controller mode's
+        confirm offset, so those records were never confirmed and a query by key must not
+        find them, nor, later, whatever record reuses their offsets. Returns how many went.
+        The dispatcher must not be writing entries meanwhile."""
+        dropped = 0
+        for f in reversed(self.files):
+            if f.index_count > 1 and f.end_phy_offset < cut:
+                break
+            dropped += f.truncate(cut)
+        if dropped:
+            log.warning("index: %d entries of records at or after CommitLog offset %d dropped",
+                        dropped, cut)
+        return dropped
 
     def delete_before(self, commitlog_min: int) -> int:
         """Delete index files whose entries all point below ``commitlog_min``."""

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 from . import allocation
 from .errors import DiskFullError, StoreCorruptError, is_disk_full
+from .reference import ReferenceResource
 
 log = logging.getLogger("rocketq.store")
 
@@ -78,9 +79,9 @@ def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
         pos += n
 
 
-class MappedFile:
+class MappedFile(ReferenceResource):
     """One memory-mapped file of a MappedFileQueue, sparse, with its blocks reserved ahead of
-    its appends.
+    its appends; readers hold it while they slice it (:class:`ReferenceResource`).
 
     ``pwrite``: :meth:`append` writes with ``os.pwrite`` rather than through the mapping
     (appends of :data:`PWRITE_MIN_SIZE` bytes or more).
@@ -97,6 +98,7 @@ class MappedFile:
     def __init__(self, path: str, from_offset: int, file_size: int, *, create: bool,
                  pwrite: bool = False, zero_ahead: bool = False,
                  reserve: int | None = None) -> None:
+        ReferenceResource.__init__(self)
         self.path = path
         self.from_offset = from_offset
         self.file_size = file_size
@@ -311,8 +313,11 @@ class MappedFile:
             return 0.0
 
     def close(self) -> bool:
-        """Unmap and close. Returns False (and retries on the next call) while readers still
-        hold memoryviews of the mapping."""
+        """Unmap and close. Returns False (and retries on the next call) while readers hold
+        the file (:meth:`shutdown`) or still hold memoryviews of the mapping."""
+        if not self.shutdown():
+            self._pending_close = True
+            return False
         with self.write_lock or contextlib.nullcontext():  # not while zeros are written
             if self.fd < 0:
                 return True

@@ -355,8 +355,9 @@ class MessageStore(MessageLookups, Housekeeping):
     def truncate(self, offset: int) -> int:
         """Forget the CommitLog from ``offset`` on, and every ConsumeQueue unit that points
         there: a demoted master's tail that its group never agreed on (controller mode).
-        Returns the new end, after calling the ``on_truncate`` hooks with it. The index
-        keeps its entries; a look-up that lands past the end finds no record."""
+        Returns the new end, after calling the ``on_truncate`` hooks with it. Index entries
+        of the records cut go too, so a query by key finds neither them nor the records
+        that later reuse their offsets."""
         if not self.running:
             raise StoreClosedError("the message store is closed")
         with self.dispatcher.paused():
@@ -366,6 +367,7 @@ class MessageStore(MessageLookups, Housekeeping):
                 self._dispatcher.reput_offset = min(self._dispatcher.reput_offset, offset)
                 self._dispatcher.indexed_to = min(self._dispatcher.indexed_to, offset - 1)
                 self.queues.truncate_to_commitlog(offset)
+                self.index.truncate(offset)
                 self.commitlog.queue_offsets = self.queues.max_offsets()
                 self.commitlog.queue_room = {}
             log.warning("CommitLog truncated at %d", offset)

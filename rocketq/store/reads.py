@@ -112,30 +112,42 @@ def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max
     removed = False
     buffers = result.buffers
     last_phys = -1
-    for phys, size, code in UNIT.iter_unpack(units):
-        if len(buffers) >= max_count or (buffers and total + size > max_bytes):
-            break
-        next_offset += 1
-        last_phys = phys
-        if size <= 0:
-            continue
-        if phys < commitlog_min:
-            removed = True
-            continue
-        if tag_codes is not None and code not in tag_codes:
-            continue
-        f = files.find(phys)
-        if f is None:
-            removed = True
-            continue
-        pos = phys - f.from_offset
-        view = f.view[pos:pos + size]
-        if record_filter is not None and not record_filter(view):
-            view.release()
-            continue
-        buffers.append(view)
-        total += size
-    units.release()
+    # The CommitLog file being read is held (RocketMQ's ReferenceResource) while its records
+    # are sliced, so a deletion meanwhile waits for the slicing instead of unmapping the file
+    # under it; a file already being deleted is not held, and its records count as removed.
+    held = None
+    try:
+        for phys, size, code in UNIT.iter_unpack(units):
+            if len(buffers) >= max_count or (buffers and total + size > max_bytes):
+                break
+            next_offset += 1
+            last_phys = phys
+            if size <= 0:
+                continue
+            if phys < commitlog_min:
+                removed = True
+                continue
+            if tag_codes is not None and code not in tag_codes:
+                continue
+            f = files.find(phys)
+            if f is not held:
+                if held is not None:
+                    held.release()
+                held = f if f is not None and f.hold() else None
+            if held is None:
+                removed = True
+                continue
+            pos = phys - held.from_offset
+            view = held.view[pos:pos + size]
+            if record_filter is not None and not record_filter(view):
+                view.release()
+                continue
+            buffers.append(view)
+            total += size
+    finally:
+        if held is not None:
+            held.release()
+        units.release()
     result.next_begin_offset = next_offset
     if last_phys >= 0:
         result.behind = max(0, commitlog.max_offset - last_phys)

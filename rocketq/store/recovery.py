@@ -100,6 +100,13 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
         count, _ = dispatcher.run(end, index_from=index_from)
         if not count:
             break
+    if end < commitlog.max_offset:
+        # Held at the confirm offset: index entries of the records past where dispatch
+        # stopped go too (a crash scan writes them, and so may the run before a crash), so
+        # that a query by key does not find a record never confirmed. They are indexed
+        # again when dispatch reaches them.
+        index.truncate(dispatcher.reput_offset)
+        dispatcher.indexed_to = min(dispatcher.indexed_to, dispatcher.reput_offset - 1)
     with commitlog.lock:
         commitlog.queue_offsets = queues.max_offsets()
     queues.correct_min_offsets(commitlog.min_offset)
@@ -109,9 +116,9 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
 def _hold_at(bound: int, end: int, start: int, commitlog: CommitLog, queues: ConsumeQueueTable,
              index: Index, dispatcher: Dispatcher) -> int:
     """Controller mode: cut the ConsumeQueue units that point past ``bound`` (a crash scan
-    builds them, and so may the run before a crash) and move dispatch back to a record
-    start at or before it (``start``, where the crash scan began, or the log's start).
-    Returns where recovery's dispatch stops."""
+    builds them, and so may the run before a crash; :func:`recover` then cuts the index
+    entries) and move dispatch back to a record start at or before it (``start``, where the
+    crash scan began, or the log's start). Returns where recovery's dispatch stops."""
     if bound >= end:
         return end
     queues.truncate_to_commitlog(bound)

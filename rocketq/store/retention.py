@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -66,18 +65,58 @@ class StoreCounters:
     puts_refused_disk_full: int = 0
 
 
+@dataclass(frozen=True)
+class DiskSpace:
+    """The space of one filesystem, as Java's ``File`` reports it and ``df`` reads it:
+    ``statvfs``'s blocks times its fragment size."""
+
+    #: Every block of the filesystem (``File.getTotalSpace``, ``df``'s 1K-blocks).
+    total: int
+    #: Free blocks, the reserve for root included (``File.getFreeSpace``: ``f_bfree``).
+    free: int
+    #: Free blocks an ordinary user may take (``File.getUsableSpace``: ``f_bavail``).
+    usable: int
+
+    @property
+    def used(self) -> int:
+        """Bytes in use: ``df``'s Used, and what RocketMQ's ``rocketmq_storage_size`` and
+        its ``getDiskPartitionSpaceUsedPercent`` count as used."""
+        return self.total - self.free
+
+    @property
+    def used_percent(self) -> int:
+        """Percent used, as RocketMQ 5's ``UtilAll.getDiskPartitionSpaceUsedPercent`` and
+        ``df``'s Use% compute it: used over used plus usable, rounded up to a whole percent.
+        The blocks reserved for root are neither used nor usable, so they count for nothing:
+        a filesystem with 5 % reserved is 100 % used when an ordinary user can write no
+        more, not 95 %."""
+        entire = self.used + self.usable
+        if entire <= 0:
+            return 0
+        return -(-self.used * 100 // entire)
+
+
+def disk_space(path: str) -> DiskSpace:
+    """:class:`DiskSpace` of the filesystem holding ``path`` (raises ``OSError`` when
+    ``path`` cannot be looked at)."""
+    st = os.statvfs(path)
+    return DiskSpace(st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize,
+                     st.f_bavail * st.f_frsize)
+
+
 def disk_used_ratio(path: str) -> float:
     """Percentage of the disk holding ``path`` in use (of a parent, while ``path`` does not
-    exist yet). Blocks reserved for root count as used, as Java's ``File.getFreeSpace``
-    leaves them out of the free space RocketMQ measures too."""
+    exist yet), measured as RocketMQ 5 and ``df`` do (:attr:`DiskSpace.used_percent`): the
+    blocks reserved for root are not counted as used. (Counting them, as ``(total -
+    available) / total`` does, put a disk with 5 % reserved and 41 % really used at 90 % on
+    a large partition, and the broker refused sends there.)"""
     path = os.path.abspath(path)
     while not os.path.exists(path):
         parent = os.path.dirname(path)
         if parent == path:
             break
         path = parent
-    usage = shutil.disk_usage(path)
-    return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+    return float(disk_space(path).used_percent)
 
 
 class DiskWatch:

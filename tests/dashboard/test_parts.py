@@ -170,9 +170,10 @@ def test_the_sampler_keeps_a_bounded_history() -> None:
             if Admin.calls > 6:
                 await asyncio.Event().wait()
             return [SimpleNamespace(broker_name="b", broker_id=0, put_tps=Admin.calls,
-                                    get_tps=1.0, error=None),
+                                    get_tps=1.0, error=None, address="127.0.0.1:1",
+                                    runtime={}),
                     SimpleNamespace(broker_name="down", broker_id=0, put_tps=0, get_tps=0,
-                                    error="no answer")]
+                                    error="no answer", address="127.0.0.1:2", runtime={})]
 
         async def groups(self) -> list[Any]:
             return [SimpleNamespace(name="g", system=False),

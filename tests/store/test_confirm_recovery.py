@@ -53,6 +53,13 @@ def test_a_controller_mode_store_recovers_only_what_was_confirmed(config, crashe
         store.catch_up()
         assert store.get_max_offset("T", 0) == 6  # units past the confirm offset are cut
         assert [m.body for m in read_all(store, "T", 0)] == [b"body-%d" % i for i in range(6)]
+        # Nor does a query by key find a message past the confirm offset (the 7th is
+        # confirmed only in part), though its record is in the CommitLog and was indexed.
+        assert [m.body for m in store.query_messages("T", "k5")] == [b"body-5"]
+        for i in range(6, 10):
+            assert store.query_messages("T", f"k{i}") == [], i
+            assert all(offset < results[6].commitlog_offset
+                       for offset in store.index.query("T", f"k{i}", 32, 0, 1 << 62)), i
         assert store.config.is_slave  # fenced until its broker knows its role
         with pytest.raises(SlaveNotWritableError):
             store.put_message(StoreMessage.create("T", b"refused", 0))

@@ -87,3 +87,22 @@ def test_files_are_made_under_a_temporary_name(tmp_path, monkeypatch):
     files.close()
     assert seen == [[mapped_file.offset_to_name(0) + mapped_file.TMP_SUFFIX]]
     assert os.listdir(tmp_path / "q") == [mapped_file.offset_to_name(0)]
+
+
+def test_a_held_file_is_unmapped_when_its_reader_lets_go_or_after_the_forced_interval(
+        tmp_path, monkeypatch):
+    from rocketq.store import reference
+
+    f = MappedFile(str(tmp_path / ("0" * 20)), 0, 4096, create=True)
+    f.append(b"record")
+    assert f.hold()
+    assert f.close() is False  # held: still mapped, and no new hold is given
+    assert not f.hold() and f.slice(0, 6) is None
+    assert bytes(f.view[0:6]) == b"record"  # the holder reads on
+    f.release()
+    assert f.close() is True and f.fd == -1
+    g = MappedFile(str(tmp_path / ("0" * 19 + "1")), 1, 4096, create=True)
+    assert g.hold()  # a hold never given back
+    assert g.close() is False
+    monkeypatch.setattr(reference, "DESTROY_INTERVAL_FORCIBLY", 0.0)
+    assert g.close() is True and g.fd == -1

@@ -121,3 +121,63 @@ def test_delete_topic_drops_its_queues(store):
     assert store.get_max_offset("Kept", 0) == 3
     r = store.put_message(StoreMessage.create("Gone", b"again", 0))
     assert r.queue_offset == 0
+
+
+def test_reads_racing_forced_deletion_get_the_records_or_a_clean_gone(tmp_path):
+    """Readers on two threads page through a queue while its CommitLog files are deleted
+    under them (the path forced deletion takes): each read returns whole, right records or
+    says they are gone; none slices a file already unmapped ("released memoryview")."""
+    import sys
+    import threading
+
+    from .conftest import small_config
+
+    store = MessageStore(small_config(tmp_path / "store"))
+    failures: list[BaseException] = []
+    statuses: set[GetStatus] = set()
+    stop = threading.Event()
+    body = b"x" * 900
+
+    def read() -> None:
+        offset = 0
+        while not stop.is_set():
+            try:
+                with store.get_messages("T", 0, offset, 8) as got:
+                    statuses.add(got.status)
+                    for record in got.decode():
+                        assert record.body == b"%06d" % record.queue_offset + body
+                    offset = got.next_begin_offset
+                    if got.status is not GetStatus.FOUND:
+                        offset = store.get_min_offset("T", 0)
+            except BaseException as exc:  # noqa: BLE001 - any failure fails the test
+                failures.append(exc)
+                return
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # many more thread switches, inside the windows that matter
+    threads = [threading.Thread(target=read) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        written = 0
+        deadline = time.monotonic() + 3
+        for _ in range(30):  # bounded rounds: fill some files, delete all but the last
+            if failures or time.monotonic() > deadline:
+                break
+            for _ in range(300):
+                store.put_message(StoreMessage.create("T", b"%06d" % written + body, 0))
+                written += 1
+            store.wait_dispatched()
+            files = store.commitlog.files
+            while len(files.files) > 1 and not failures:
+                files.remove_first([files.files[0]])
+                files.retry_closing()
+                time.sleep(0.0005)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sys.setswitchinterval(switch)
+        store.close()
+    assert not failures, repr(failures[0])
+    assert GetStatus.FOUND in statuses

@@ -87,6 +87,16 @@ class BrokerStatus:
             return 0.0
 
     @property
+    def refusal(self) -> str | None:
+        """Why the broker refuses every send now (its disk over
+        ``diskSpaceWarningLevelRatio``, its permission, no lease from the controller, too few
+        in-sync replicas), from its runtime table's ``writeable`` and ``notWriteableReason``;
+        None while it takes sends, or when it does not say."""
+        if self.runtime.get("writeable") != "false":
+            return None
+        return self.runtime.get("notWriteableReason") or "the broker says it is not writeable"
+
+    @property
     def dispatch_behind(self) -> int:
         """Bytes of the CommitLog not yet dispatched to ConsumeQueues and the index."""
         return _int(self.runtime.get("dispatchBehindBytes"))
