@@ -84,6 +84,10 @@ class RequestGuard(Protocol):
     async def stop_watching(self) -> None: ...
 
 
+#: The pauses (s) before each look at whether a master whose connection closed is gone.
+_GONE_PROBE_PAUSES = (0.0, 0.05, 0.1, 0.2)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -456,9 +460,19 @@ class Controller:
         addrs = [group.brokers.get(broker_id, ""), group.ha_addrs.get(broker_id, "")]
         if not all(addrs):
             return
-        for addr in addrs:
-            if not await self._refused(addr):
+        # A killed process's connections may close a moment before its listening sockets
+        # do (the kernel closes its files one by one): look a few times, briefly.
+        for pause in _GONE_PROBE_PAUSES:
+            await asyncio.sleep(pause)
+            group = self.engine.state.groups.get(name)
+            if group is None or group.master_id != broker_id or group.master_epoch != epoch:
                 return
+            if all([await self._refused(addr) for addr in addrs]):
+                break
+        else:
+            log.debug("master %d of %s closed a connection but still listens", broker_id,
+                      name)
+            return
         log.info("master %d of %s at %s is gone (its connection closed, its ports refuse "
                  "connections): electing without waiting for its lease", broker_id, name,
                  addrs[0])

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rocketq import ClientError, Message, NoMasterError, Producer, SendStatus
+from rocketq import Admin, ClientError, Message, NoMasterError, Producer, SendStatus
 from rocketq.protocol.command import encode
 from rocketq.remoting import ConnectFailedError
 
@@ -125,3 +125,31 @@ def test_a_send_whose_master_refuses_connections_waits_then_says_no_master(st):
     message = str(raised.value)
     assert dead in message and "refused the connection" in message, message
     assert isinstance(raised.value.__cause__, ConnectFailedError)
+
+
+def test_a_send_that_may_have_landed_is_looked_up_before_it_is_sent_again(st):
+    """A send whose connection broke after its request went (its master killed) is looked up
+    by its unique id at the group's master before it is sent again: one that was stored
+    is answered from there (RocketMQ would store it twice); one that was not is sent."""
+    st.start_broker("broker-a")
+    st.create_topic("Landed", 2)
+    with Producer("pg", namesrv=st.namesrv) as producer, Admin(st.namesrv) as admin:
+        inner = producer._async
+        stored = Message("Landed", b"stored")
+        first = producer.send(stored)
+        assert wait_for(lambda: admin.query_messages("Landed", first.msg_id, unique=True), 10)
+
+        def again(message):
+            body, sysflag, props = inner._prepare(message)
+            return producer._loop.run(inner._send_prepared(
+                message, body, sysflag, props, None, None, None, 3.0, 2, False,
+                maybe_sent=True))
+
+        found = again(stored)
+        assert (found.msg_id, found.offset_msg_id, found.queue, found.queue_offset) == (
+            first.msg_id, first.offset_msg_id, first.queue, first.queue_offset)
+        fresh = Message("Landed", b"never stored")
+        sent = again(fresh)
+        assert sent.status is SendStatus.SEND_OK and sent.msg_id == fresh.properties["UNIQ_KEY"]
+        assert wait_for(lambda: admin.query_messages("Landed", sent.msg_id, unique=True), 10)
+        assert sum(q.max_offset for q in admin.topic_status("Landed")) == 2  # each once
