@@ -252,25 +252,33 @@ class SendRetries:
                               ) -> SendResult | None:
         """Whether the master of ``group`` (of every group of the topic's route when not
         known) holds ``message``, looked up by its unique id (QUERY_MESSAGE): its SendResult
-        if so. Waits for a master within ``deadline`` (NoMasterError after it);
-        ConnectFailedError when a master refused the connection."""
+        if so; None when it does not, or when the group has no master in the route while
+        others have (it is sent to one of those). Waits for a master within ``deadline``
+        (NoMasterError after it); ConnectFailedError when a master of a group with replicas
+        refused the connection (a failover under way)."""
         topic = message.topic
         uniq = message.properties.get(Property.UNIQ_KEY, "")
         route = await self._publish_route(topic, deadline)
-        names = [group] if group is not None else sorted(
-            {q.broker_name for q in route.publish_queues})
-        for name in names:
-            addr = self.instance.broker_addr(name)
-            if addr is None:
+        in_route = {q.broker_name for q in route.publish_queues}
+        for name in [group] if group is not None else sorted(in_route):
+            addr = route.broker_addrs.get(name, {}).get(0)
+            if name not in in_route or addr is None:
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClientTimeoutError(f"sending to {topic} timed out")
-            r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
-                RequestCode.QUERY_MESSAGE, {
-                    "topic": topic, "key": uniq, "maxNum": 1, "beginTimestamp": 0,
-                    "endTimestamp": int(time.time() * 1000) + 60_000,
-                    "_UNIQUE_KEY_QUERY": True}), min(left, 1.0))
+            try:
+                r = await self.instance.remoting.invoke(addr, RemotingCommand.request(
+                    RequestCode.QUERY_MESSAGE, {
+                        "topic": topic, "key": uniq, "maxNum": 1, "beginTimestamp": 0,
+                        "endTimestamp": int(time.time() * 1000) + 60_000,
+                        "_UNIQUE_KEY_QUERY": True}), min(left, 1.0))
+            except ConnectFailedError:
+                with contextlib.suppress(RemotingError, OSError, ClientError):
+                    await self.instance.update_route(topic)
+                if self._may_fail_over(name, addr):
+                    raise
+                continue
             if r.code != ResponseCode.SUCCESS:
                 continue
             for record in decode_records(r.body, decompress=True):
