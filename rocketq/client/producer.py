@@ -184,15 +184,17 @@ class AsyncProducer(SendRetries, SendRequests):
         return await self._send_prepared(message, body, sysflag, props, queue, selector, arg,
                                          timeout or self.send_timeout, self.retries, False)
 
-    async def _send_again(self, message: Message, timeout: float, retries: int
-                          ) -> SendResult:
-        """Send ``message`` after a first attempt whose connection broke once the request
-        had gone (the synchronous producer's direct path), within what is left of that
-        send's ``timeout`` and ``retries``, and without waiting out a failover, as the broker
-        may have stored it."""
+    async def _send_again(self, message: Message, timeout: float, retries: int,
+                          broker_name: str | None = None) -> SendResult:
+        """Send ``message`` after a first attempt (to ``broker_name``) whose connection broke
+        once the request had gone (the synchronous producer's direct path), within what is
+        left of that send's ``timeout`` and ``retries``. The broker may have stored it: it
+        is looked up at the group's master (a new one, after a failover) before it is sent
+        again."""
         body, sysflag, props = self._prepare(message)
         return await self._send_prepared(message, body, sysflag, props, None, None, None,
-                                         timeout, retries, False, maybe_sent=True)
+                                         timeout, retries, False, maybe_sent=True,
+                                         uncertain=broker_name)
 
     async def _send_half(self, message: Message, *, retries: int | None = None,
                         timeout: float | None = None) -> SendResult:

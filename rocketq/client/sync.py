@@ -107,8 +107,10 @@ class _MaybeSent:
     broker may have stored the message, so the loop's retries must not wait for a new master
     to send it again (it may hold the message already)."""
 
-    def __init__(self, error: BaseException) -> None:
+    def __init__(self, error: BaseException, broker_name: str) -> None:
         self.error = error
+        #: The broker group the request went to.
+        self.broker_name = broker_name
 
 
 class _DirectSends:
@@ -152,7 +154,8 @@ class _DirectSends:
         except (OSError, ProtocolError) as exc:
             # The loop's path reconnects, learns routes and retries; told whether the broker
             # may hold the message already (the connection broke after the request went).
-            return _MaybeSent(exc) if getattr(exc, "maybe_sent", False) else None
+            return (_MaybeSent(exc, mq.broker_name) if getattr(exc, "maybe_sent", False)
+                    else None)
         try:
             return p._result(response, mq, message)
         except BrokerError:
@@ -303,8 +306,8 @@ class Producer:
                 if left <= 0 or self._async.retries < 1:
                     raise ConnectionClosedError(
                         f"the connection broke during a send: {result.error}") from None
-                return self._loop.run(self._async._send_again(message, left,
-                                                              self._async.retries - 1))
+                return self._loop.run(self._async._send_again(
+                    message, left, self._async.retries - 1, result.broker_name))
             if result is not None:
                 return result
         return self._loop.run(self._async.send(message, queue=queue, selector=selector,

@@ -57,6 +57,14 @@ class ControllerConfig:
     masterLeaseMillis: int = 3000
     #: A broker silent for longer than this is not alive (when its heartbeat does not say).
     brokerHeartbeatTimeoutMillis: int = 3000
+    #: Elect at once, within the old master's lease, when that master's process is gone:
+    #: its heartbeat connection closed and its broker and HA ports refuse connections (a
+    #: process killed, even by SIGKILL, leaves exactly that; a partition that drops packets
+    #: closes nothing and refuses nothing, so it waits for the lease as before). Off: every
+    #: election waits for the heartbeat timeout and the lease.
+    electWhenMasterGone: bool = True
+    #: How long a probe of a master's port may take (ms); no answer in time is not "gone".
+    masterGoneProbeTimeoutMillis: int = 500
 
 
 Handler = Callable[[Connection, RemotingCommand], Any]
@@ -74,6 +82,10 @@ class RequestGuard(Protocol):
     def start_watching(self) -> None: ...
 
     async def stop_watching(self) -> None: ...
+
+
+#: The pauses (s) before each look at whether a master whose connection closed is gone.
+_GONE_PROBE_PAUSES = (0.0, 0.05, 0.1, 0.2)
 
 
 def _now_ms() -> int:
@@ -94,12 +106,17 @@ class Controller:
         self.config = config or ControllerConfig()
         self.acl = acl
         self.server = RemotingServer(acl.guard(self.handle) if acl is not None else self.handle,
-                                     host, port, tls=tls)
+                                     host, port, tls=tls, on_close=self._connection_closed)
         self.client = RemotingClient(signer=signer, ssl=ssl)
         #: group -> broker id -> its last heartbeat (this node's own view).
         self.live: dict[str, dict[int, Live]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._warned: set[tuple[str, int]] = set()
+        #: Connection -> the (group, broker id) whose heartbeats it carried: when a master's
+        #: closes, the leader looks whether its process is gone.
+        self._heartbeat_conns: dict[Connection, tuple[str, int]] = {}
+        #: Elections decided without waiting for the lease, the master's process found gone.
+        self.fast_elections = 0
         self._started = time.monotonic()
         #: Elections this node decided, per (group, result): new_master_elected,
         #: keep_current_master (asked while the master holds on), no_master_elected.
@@ -129,6 +146,7 @@ class Controller:
         log.info("controller listening on %s", self.address)
 
     async def stop(self) -> None:
+        self._heartbeat_conns.clear()  # the connections closing now say nothing of masters
         await cancel_tasks(self._tasks)
         self._tasks = []
         await self.server.stop()
@@ -140,6 +158,10 @@ class Controller:
     # ------------------------------------------------------------------ requests
     def handle(self, conn: Connection, cmd: RemotingCommand):
         handler = self._handlers.get(cmd.code)  # type: ignore[call-overload]
+        if cmd.code == RequestCode.BROKER_HEARTBEAT and not conn.closed.done():
+            group, broker_id = cmd.field("brokerName") or "", cmd.int_field("brokerId", -1)
+            if group and broker_id > 0:
+                self._heartbeat_conns[conn] = (group, broker_id)
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                 remark=f"request type {cmd.code} not supported")
@@ -393,11 +415,84 @@ class Controller:
             if not by_id:
                 del self.live[name]
 
-    async def _maybe_elect(self, name: str, group: Group) -> None:
+    def _connection_closed(self, conn: Connection) -> None:
+        """A connection closed: if it carried the heartbeats of a group's master, and this
+        node decides, look at once whether that master's process is gone."""
+        key = self._heartbeat_conns.pop(conn, None)
+        if (key is None or not self._tasks or not self.config.electWhenMasterGone
+                or not self.engine.is_leader()):
+            return
+        name, broker_id = key
+        group = self.engine.state.groups.get(name)
+        if group is None or group.master_id != broker_id:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._master_gone(name, broker_id, group.master_epoch))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _refused(self, addr: str) -> bool:
+        """Whether a TCP connection to ``addr`` is refused now: nothing listens there. A
+        connection made, a timeout or any other error is not a refusal."""
+        host, _, port = addr.rpartition(":")
+        try:
+            async with asyncio.timeout(self.config.masterGoneProbeTimeoutMillis / 1000):
+                _, writer = await asyncio.open_connection(host, int(port))
+        except ConnectionRefusedError:
+            return True
+        except (OSError, ValueError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+        return False
+
+    async def _master_gone(self, name: str, broker_id: int, epoch: int) -> None:
+        """The master's heartbeat connection closed. Its process is gone when both its
+        broker port and its HA port refuse connections: then it can take no write, and a
+        new master is elected without waiting for its heartbeats to time out and its lease
+        to run out. A master alive (a connection closed for another reason), paused, or
+        cut off by a partition that drops packets accepts or does not answer: the lease
+        decides, as before."""
+        group = self.engine.state.groups.get(name)
+        if group is None or group.master_id != broker_id or group.master_epoch != epoch:
+            return
+        addrs = [group.brokers.get(broker_id, ""), group.ha_addrs.get(broker_id, "")]
+        if not all(addrs):
+            return
+        # A killed process's connections may close a moment before its listening sockets
+        # do (the kernel closes its files one by one): look a few times, briefly.
+        for pause in _GONE_PROBE_PAUSES:
+            await asyncio.sleep(pause)
+            group = self.engine.state.groups.get(name)
+            if group is None or group.master_id != broker_id or group.master_epoch != epoch:
+                return
+            if all([await self._refused(addr) for addr in addrs]):
+                break
+        else:
+            log.debug("master %d of %s closed a connection but still listens", broker_id,
+                      name)
+            return
+        log.info("master %d of %s at %s is gone (its connection closed, its ports refuse "
+                 "connections): electing without waiting for its lease", broker_id, name,
+                 addrs[0])
+        self.live.get(name, {}).pop(broker_id, None)
+        try:
+            await self._maybe_elect(name, group, gone=(broker_id, epoch))
+        except EngineError as exc:
+            log.warning("election for %s not committed: %s", name, exc)
+
+    async def _maybe_elect(self, name: str, group: Group,
+                           gone: tuple[int, int] | None = None) -> None:
+        """Elect a new master for ``name`` if its master is silent and out of lease, or
+        found gone (``gone``: its id and epoch)."""
         now = _now_ms()
-        if (group.master_id is None or self._alive(name, group.master_id, now)
-                or now < group.lease_until_ms):
-            return  # no master yet (brokers ask for the first), or it still holds on
+        if group.master_id is None:
+            return  # no master yet (brokers ask for the first)
+        found_gone = gone is not None and gone == (group.master_id, group.master_epoch)
+        if not found_gone and (self._alive(name, group.master_id, now)
+                               or now < group.lease_until_ms):
+            return  # it still holds on
         choice = choose_master(group, self._live(name, now),
                                self.config.enableElectUncleanMaster)
         if choice is None:
@@ -408,11 +503,15 @@ class Controller:
                             "alive: no election", group.master_id, name,
                             sorted(group.sync_state_set))
             return
-        result = await self.engine.propose({
-            "op": "elect", "group": name, "master_id": choice, "now_ms": now,
-            "lease_ms": self.config.masterLeaseMillis})
+        event: dict[str, Any] = {"op": "elect", "group": name, "master_id": choice,
+                                 "now_ms": now, "lease_ms": self.config.masterLeaseMillis}
+        if found_gone and gone is not None:
+            event.update(gone_master=gone[0], gone_epoch=gone[1])
+        result = await self.engine.propose(event)
         self._count_election(name, "no_master_elected" if "error" in result
                              else "new_master_elected")
+        if "error" not in result and found_gone:
+            self.fast_elections += 1
         if "error" not in result:
             log.info("broker %d elected master of %s, epoch %d", choice, name,
                      result["masterEpoch"])

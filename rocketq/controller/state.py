@@ -146,12 +146,16 @@ class ControllerState:
 
     def _apply_elect(self, e: Mapping[str, Any]) -> dict[str, Any]:
         """A new master (or none: ``master_id`` None), proposed once the old one's lease ran
-        out. The epochs go up; the SyncStateSet becomes the new master alone."""
+        out, or before, when the proposer found the old master's process gone
+        (``gone_master``, ``gone_epoch``: the master and epoch it found gone; a stale finding
+        changes nothing). The epochs go up; the SyncStateSet becomes the new master alone."""
         group = self.groups.get(e["group"])
         if group is None:
             return _error(ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
                           f"broker group {e['group']} is not registered")
-        if group.master_id is not None and e["now_ms"] < group.lease_until_ms:
+        gone = (e.get("gone_master") is not None and e.get("gone_master") == group.master_id
+                and e.get("gone_epoch") == group.master_epoch)
+        if group.master_id is not None and e["now_ms"] < group.lease_until_ms and not gone:
             return _error(ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
                           f"master {group.master_id} holds its lease")
         master = e.get("master_id")

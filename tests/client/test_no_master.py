@@ -5,14 +5,18 @@ for a master within the send timeout rather than failing at once."""
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
 import pytest
 
-from rocketq import ClientError, Message, NoMasterError, Producer, SendStatus
+from rocketq import Admin, ClientError, Message, NoMasterError, Producer, SendStatus
+from rocketq.protocol.command import encode
+from rocketq.remoting import ConnectFailedError
 
 from ..conftest import fetch_route, wait_for
+from ..namesrv.test_namesrv import register_cmd
 
 
 def master_and_slave(st):
@@ -89,3 +93,63 @@ def test_every_topic_of_a_masterless_group_waits_for_a_master(st):
         waited = time.monotonic() - began
     assert 1.0 <= waited < 6, waited
     assert "retried until its timeout" in str(raised.value)
+
+
+def test_a_send_whose_master_refuses_connections_waits_then_says_no_master(st):
+    """The route still names a master whose process is gone (a NameServer not told yet, as
+    right after a SIGKILL): the send does not fail at once with ConnectFailedError after
+    spending its retries on the dead address; it asks for the route again and again within
+    its timeout, then raises NoMasterError."""
+    master = master_and_slave(st)
+    with socket.socket() as s:  # a port nothing listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    host, port = st.namesrv.rsplit(":", 1)
+    # Its registration's connection stays open: the NameServer keeps the entry.
+    with socket.create_connection((host, int(port)), timeout=5) as registration, \
+            Producer("pg", namesrv=st.namesrv, send_timeout=1.5) as producer:
+        assert producer.send(Message("Failover", b"before")).status is SendStatus.SEND_OK
+        st.stop_broker(master)
+        assert wait_for(lambda: masterless(st), 10)
+        registration.sendall(encode(register_cmd(
+            "broker-a", dead, {"Failover": {"topicName": "Failover", "readQueueNums": 2,
+                                            "writeQueueNums": 2, "perm": 6}})))
+        assert wait_for(lambda: fetch_route(st.namesrv, "Failover").broker_addrs[
+            "broker-a"].get(0) == dead, 10)
+        began = time.monotonic()
+        with pytest.raises(NoMasterError) as raised:
+            producer.send(Message("Failover", b"during"))
+        waited = time.monotonic() - began
+    assert 1.0 <= waited < 6, waited  # it waited for a new master, within its timeout
+    assert raised.value.brokers == ["broker-a"]
+    message = str(raised.value)
+    assert dead in message and "refused the connection" in message, message
+    assert isinstance(raised.value.__cause__, ConnectFailedError)
+
+
+def test_a_send_that_may_have_landed_is_looked_up_before_it_is_sent_again(st):
+    """A send whose connection broke after its request went (its master killed) is looked up
+    by its unique id at the group's master before it is sent again: one that was stored
+    is answered from there (RocketMQ would store it twice); one that was not is sent."""
+    st.start_broker("broker-a")
+    st.create_topic("Landed", 2)
+    with Producer("pg", namesrv=st.namesrv) as producer, Admin(st.namesrv) as admin:
+        inner = producer._async
+        stored = Message("Landed", b"stored")
+        first = producer.send(stored)
+        assert wait_for(lambda: admin.query_messages("Landed", first.msg_id, unique=True), 10)
+
+        def again(message):
+            body, sysflag, props = inner._prepare(message)
+            return producer._loop.run(inner._send_prepared(
+                message, body, sysflag, props, None, None, None, 3.0, 2, False,
+                maybe_sent=True))
+
+        found = again(stored)
+        assert (found.msg_id, found.offset_msg_id, found.queue, found.queue_offset) == (
+            first.msg_id, first.offset_msg_id, first.queue, first.queue_offset)
+        fresh = Message("Landed", b"never stored")
+        sent = again(fresh)
+        assert sent.status is SendStatus.SEND_OK and sent.msg_id == fresh.properties["UNIQ_KEY"]
+        assert wait_for(lambda: admin.query_messages("Landed", sent.msg_id, unique=True), 10)
+        assert sum(q.max_offset for q in admin.topic_status("Landed")) == 2  # each once
