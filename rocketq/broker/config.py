@@ -34,8 +34,13 @@ class BrokerConfig:
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
     #: The gRPC port for RocketMQ 5.x clients (the MessagingService a proxy serves on 8081);
-    #: 0 turns it off.
+    #: 0 turns it off. ``rocketq broker`` opens it only with ``enableProxy``.
     grpcServerPort: int = 8081
+    #: ``rocketq broker`` serves gRPC on ``grpcServerPort`` (a proxy in local mode, in the
+    #: broker's process), as RocketMQ's ``mqbroker --enable-proxy`` does; off by default, as
+    #: there, so that brokers from plain 4.x broker.conf files share a host. RocketMQ has the
+    #: flag only; the key is rocketq's. ``standalone`` and ``cluster`` serve gRPC anyway.
+    enableProxy: bool = False
     #: ``PROM`` serves Prometheus metrics on ``metricsPromExporterHost`` (empty: brokerIP1)
     #: and ``metricsPromExporterPort``; ``DISABLE`` (the default) serves none. RocketMQ's
     #: ``OTLP_GRPC`` and ``LOG`` are refused at start. ``--metrics-port`` wins over these.

@@ -243,7 +243,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                              f"namesrvAddr={namesrv}\nlistenPort={port}\nhaListenPort=0\n"
                              f"storePathRootDir={root}\nenableControllerMode=true\n"
                              f"controllerAddr={controller}\nallAckInSyncStateSet=true\n"
-                             f"grpcServerPort={grpc_port}\n{metrics_conf}")
+                             f"enableProxy=true\ngrpcServerPort={grpc_port}\n{metrics_conf}")
                     if args.config:
                         with open(args.config) as extra:
                             fh.write(extra.read())
