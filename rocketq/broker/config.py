@@ -154,7 +154,12 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
 
 
 def _split_conf(raw: dict[str, Any]) -> tuple[BrokerConfig, MessageStoreConfig]:
-    """Give each key to the config that has it (both, for the keys both have)."""
+    """Give each key to the config that has it (both, for the keys both have). A security
+    setting rocketq does not implement, set to protect something, raises
+    UnheededSecurityError (``unheeded_security``): such a broker must not start open."""
+    from .unheeded_security import refuse_unheeded
+
+    refuse_unheeded({k: str(v) for k, v in raw.items()})
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)
                      if f.name not in ("unknown", "tls")}
     store_fields = {f.name for f in dataclasses.fields(MessageStoreConfig)}

@@ -183,11 +183,18 @@ def _report_unknown_keys(args: argparse.Namespace, unknown: dict[str, str]) -> N
 
 def _namesrv_security(args: argparse.Namespace) -> dict[str, Any]:
     """A NameServer's ACL file and TLS settings from ``--acl-file`` and ``--tls-config``."""
+    from ..broker.unheeded_security import refuse_unheeded
     from ..remoting import TlsSettings
     from ..store.config import read_properties
 
-    tls = (TlsSettings.from_config(dict(read_properties(args.tls_config)))
-           if args.tls_config else None)
+    tls = None
+    if args.tls_config:
+        values = dict(read_properties(args.tls_config))
+        try:
+            refuse_unheeded(values)
+        except ValueError as exc:
+            raise ValueError(f"{args.tls_config}: {exc}") from None
+        tls = TlsSettings.from_config(values)
     return {"acl_file": args.acl_file, "tls": tls}
 
 
