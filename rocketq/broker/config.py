@@ -20,6 +20,7 @@ from ..store.config import (
     with_renamed_keys,
 )
 from .files import write_atomically
+from .unheeded_security import refuse_unheeded
 
 
 @dataclass
@@ -33,13 +34,9 @@ class BrokerConfig:
     namesrvAddr: str = "127.0.0.1:9876"
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
-    #: The gRPC port for RocketMQ 5.x clients (the MessagingService a proxy serves on 8081);
-    #: 0 turns it off. ``rocketq broker`` opens it only with ``enableProxy``.
+    #: The gRPC port of RocketMQ 5.x clients (a proxy's MessagingService; 0: none), which
+    #: ``rocketq broker`` opens only with ``enableProxy`` (``mqbroker --enable-proxy``).
     grpcServerPort: int = 8081
-    #: ``rocketq broker`` serves gRPC on ``grpcServerPort`` (a proxy in local mode, in the
-    #: broker's process), as RocketMQ's ``mqbroker --enable-proxy`` does; off by default, as
-    #: there, so that brokers from plain 4.x broker.conf files share a host. RocketMQ has the
-    #: flag only; the key is rocketq's. ``standalone`` and ``cluster`` serve gRPC anyway.
     enableProxy: bool = False
     #: ``PROM`` serves Prometheus metrics on ``metricsPromExporterHost`` (empty: brokerIP1)
     #: and ``metricsPromExporterPort``; ``DISABLE`` (the default) serves none. RocketMQ's
@@ -147,19 +144,14 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     raw = with_renamed_keys(raw)
     if values is not None and not isinstance(values, dict):
         try:
-            return _split_conf(raw)
+            return _split_conf(refuse_unheeded(raw))
         except ValueError as exc:
             raise ValueError(f"{os.fspath(values)}: {exc}") from None
-    return _split_conf(raw)
+    return _split_conf(refuse_unheeded(raw))
 
 
 def _split_conf(raw: dict[str, Any]) -> tuple[BrokerConfig, MessageStoreConfig]:
-    """Give each key to the config that has it (both, for the keys both have). A security
-    setting rocketq does not implement, set to protect something, raises
-    UnheededSecurityError (``unheeded_security``): such a broker must not start open."""
-    from .unheeded_security import refuse_unheeded
-
-    refuse_unheeded({k: str(v) for k, v in raw.items()})
+    """Give each key to the config that has it (both, for the keys both have)."""
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)
                      if f.name not in ("unknown", "tls")}
     store_fields = {f.name for f in dataclasses.fields(MessageStoreConfig)}

@@ -28,24 +28,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 
-def _true(value: str, _: Mapping[str, str]) -> bool:
+def _true(value: str, _: Mapping[str, Any]) -> bool:
     """Java's Boolean.parseBoolean: "true" in any case, anything else false."""
     return value.strip().lower() == "true"
 
 
-def _set(value: str, _: Mapping[str, str]) -> bool:
+def _set(value: str, _: Mapping[str, Any]) -> bool:
     return bool(value.strip())
 
 
-def _runtime_key_blocked(value: str, _: Mapping[str, str]) -> bool:
+def _runtime_key_blocked(value: str, _: Mapping[str, Any]) -> bool:
     from .config import RUNTIME_KEYS
 
     return any(key.strip() in RUNTIME_KEYS for key in value.split(";"))
 
 
-def _narrower_bind(value: str, values: Mapping[str, str]) -> bool:
+def _narrower_bind(value: str, values: Mapping[str, Any]) -> bool:
     """bindAddress names one interface, not the one rocketq listens on (127.0.0.1 when
     brokerIP1 is, else every interface)."""
     value = value.strip()
@@ -54,15 +55,15 @@ def _narrower_bind(value: str, values: Mapping[str, str]) -> bool:
     return value not in ("", "0.0.0.0", "::", ours)
 
 
-def _unverified_server(value: str, values: Mapping[str, str]) -> bool:
+def _unverified_server(value: str, values: Mapping[str, Any]) -> bool:
     return _true(value, values) and not str(values.get("tls.client.trustCertPath", "")).strip()
 
 
-def _tls_mode_on(value: str, _: Mapping[str, str]) -> bool:
+def _tls_mode_on(value: str, _: Mapping[str, Any]) -> bool:
     return value.strip().lower() in ("permissive", "enforcing")
 
 
-def _client_auth_on(value: str, _: Mapping[str, str]) -> bool:
+def _client_auth_on(value: str, _: Mapping[str, Any]) -> bool:
     return value.strip().lower() in ("optional", "require")
 
 
@@ -76,7 +77,7 @@ class Unheeded:
     value protects something, and what to write instead."""
 
     meaning: str
-    protects: Callable[[str, Mapping[str, str]], bool]
+    protects: Callable[[str, Mapping[str, Any]], bool]
     instead: str
 
 
@@ -152,12 +153,15 @@ for _field, _key, _protects in (
         _protects, f"write {_key} instead")
 
 
+_Values = TypeVar("_Values", bound=Mapping[str, Any])
+
+
 class UnheededSecurityError(ValueError):
     """Settings that would protect something in RocketMQ and that rocketq cannot honour: the
     message names each key, what it means there and what to do."""
 
 
-def unheeded_settings(values: Mapping[str, str]) -> list[str]:
+def unheeded_settings(values: Mapping[str, Any]) -> list[str]:
     """One line per key of ``values`` that is in ``UNHEEDED`` with a protecting value."""
     lines = []
     for key, value in values.items():
@@ -168,11 +172,13 @@ def unheeded_settings(values: Mapping[str, str]) -> list[str]:
     return lines
 
 
-def refuse_unheeded(values: Mapping[str, str]) -> None:
-    """Raise UnheededSecurityError naming every security setting of ``values`` that rocketq
-    would otherwise ignore (a server left open where its file says it is closed)."""
+def refuse_unheeded(values: _Values) -> _Values:
+    """``values``, unless a security setting of them is one rocketq would otherwise ignore (a
+    server left open where its file says it is closed): then UnheededSecurityError naming
+    every such key."""
     lines = unheeded_settings(values)
     if lines:
         raise UnheededSecurityError(
             "security settings rocketq does not have; refusing to start rather than run "
             "without them:\n  " + "\n  ".join(lines))
+    return values
