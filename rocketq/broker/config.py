@@ -20,6 +20,7 @@ from ..store.config import (
     with_renamed_keys,
 )
 from .files import write_atomically
+from .unheeded_security import refuse_unheeded
 
 
 @dataclass
@@ -33,9 +34,10 @@ class BrokerConfig:
     namesrvAddr: str = "127.0.0.1:9876"
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
-    #: The gRPC port for RocketMQ 5.x clients (the MessagingService a proxy serves on 8081);
-    #: 0 turns it off.
+    #: The gRPC port of RocketMQ 5.x clients (a proxy's MessagingService; 0: none), which
+    #: ``rocketq broker`` opens only with ``enableProxy`` (``mqbroker --enable-proxy``).
     grpcServerPort: int = 8081
+    enableProxy: bool = False
     #: ``PROM`` serves Prometheus metrics on ``metricsPromExporterHost`` (empty: brokerIP1)
     #: and ``metricsPromExporterPort``; ``DISABLE`` (the default) serves none. RocketMQ's
     #: ``OTLP_GRPC`` and ``LOG`` are refused at start. ``--metrics-port`` wins over these.
@@ -142,10 +144,10 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     raw = with_renamed_keys(raw)
     if values is not None and not isinstance(values, dict):
         try:
-            return _split_conf(raw)
+            return _split_conf(refuse_unheeded(raw))
         except ValueError as exc:
             raise ValueError(f"{os.fspath(values)}: {exc}") from None
-    return _split_conf(raw)
+    return _split_conf(refuse_unheeded(raw))
 
 
 def _split_conf(raw: dict[str, Any]) -> tuple[BrokerConfig, MessageStoreConfig]:

@@ -4,7 +4,10 @@ unregisterBrokerAll).
 The broker registers its topic table with every NameServer at start, every
 ``registerNameServerPeriod`` after that, and at once when its topics change; it unregisters
 when it stops. A NameServer that refuses or cannot be reached is logged and tried again at the
-next round: the others are not held up.
+next round: the others are not held up. While no NameServer has acknowledged the last round
+(the broker started before them, or they all restarted), the broker registers again after
+0.5 s, doubling to 2 s, so that it is in the routes within 2 s of one answering
+(RocketMQ waits the whole period); once one has, every period again.
 
 A slave (not in controller mode) whose NameServers answer with no master (it started first,
 or its master is gone), or whose HA link is down, registers again after 1 s, then a little
@@ -41,6 +44,10 @@ log = logging.getLogger("rocketq.broker")
 _SEEK_FIRST = 1.0
 _SEEK_MOST = 5.0
 _TICK = 0.5
+#: Seconds before registering again while no NameServer acknowledged the last round, at
+#: first and at most (doubling each round).
+_UNACKED_FIRST = 0.5
+_UNACKED_MOST = 2.0
 
 
 class DuplicateBrokerError(ValueError):
@@ -81,6 +88,12 @@ class Registration:
         #: A slave: its HA client now, if any; told to connect when a master is named.
         self.ha_client: Callable[[], HAClient | None] = lambda: None
         self._restarting = False
+        #: Whether a NameServer acknowledged the last round (none has before the first);
+        #: until one does, rounds come every ``_unacked_retry`` seconds, not every period.
+        self.acknowledged = False
+        self._unacked_retry = _UNACKED_FIRST
+        #: NameServer -> why the last round with it failed, logged once until it changes.
+        self._failures: dict[str, str] = {}
 
     def start(self) -> None:
         """From now on a change of the topics registers at once (see ``soon``)."""
@@ -102,7 +115,10 @@ class Registration:
                 self._retry = _SEEK_FIRST
             # Read on each round: UPDATE_BROKER_CONFIG may change the period.
             period = self.config.registerNameServerPeriod / 1000
-            left = last + (min(period, self._retry) if seeking else period) - time.monotonic()
+            wait = min(period, self._retry) if seeking else period
+            if not self.acknowledged:
+                wait = min(wait, self._unacked_retry)
+            left = last + wait - time.monotonic()
             if left > 0 and not self._soon.is_set():
                 with contextlib.suppress(TimeoutError):
                     # A slave looks again soon: its link to its master may drop meanwhile.
@@ -114,6 +130,8 @@ class Registration:
             await self.register_all()
             if seeking:
                 self._retry = min(self._retry * 1.5, _SEEK_MOST)
+            self._unacked_retry = (_UNACKED_FIRST if self.acknowledged
+                                   else min(self._unacked_retry * 2, _UNACKED_MOST))
 
     def _follows(self) -> bool:
         """A slave not in controller mode (there the controller names its master)."""
@@ -147,6 +165,7 @@ class Registration:
                   "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
         #: Per NameServer that answered: the master it named, if any.
         named: list[tuple[str, str] | None] = []
+        acknowledged = False
 
         async def one(addr: str) -> None:
             cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body)
@@ -155,25 +174,43 @@ class Registration:
                     addr, cmd, self.config.registerBrokerTimeoutMills / 1000)
                 holder = r.ext_fields.get("conflictBrokerAddr")
                 if r.code != ResponseCode.SUCCESS and holder:
-                    log.error("NameServer %s refused this broker (%s at %s, id %d): %s is "
-                              "registered under the same name and id and alive; this broker "
-                              "is not in its routes", addr, self.config.brokerName,
-                              self.config.broker_addr, self.config.brokerId, holder)
+                    # Once, until it changes: rounds come every few seconds meanwhile.
+                    say = log.debug if addr in self.conflicts else log.error
+                    say("NameServer %s refused this broker (%s at %s, id %d): %s is "
+                        "registered under the same name and id and alive; this broker "
+                        "is not in its routes", addr, self.config.brokerName,
+                        self.config.broker_addr, self.config.brokerId, holder)
                     self.conflicts[addr] = r.remark or f"{holder} holds the name and id"
                     return
                 self.conflicts.pop(addr, None)
                 if r.code != ResponseCode.SUCCESS:
-                    log.warning("NameServer %s refused registration: %s", addr, r.remark)
-                elif self.config.brokerId != 0:
+                    self._failed(addr, f"NameServer {addr} refused registration: {r.remark}")
+                    return
+                nonlocal acknowledged
+                acknowledged = True
+                if self._failures.pop(addr, None) is not None:
+                    log.info("registered with NameServer %s", addr)
+                if self.config.brokerId != 0:
                     # A slave learns where its master is (RocketMQ's updateHaMasterAddress).
                     master, ha = r.ext_fields.get("masterAddr"), r.ext_fields.get("haServerAddr")
                     named.append((master, ha) if master and ha else None)
             except (RemotingError, OSError) as exc:
-                log.warning("cannot register with NameServer %s: %s", addr, exc)
+                self._failed(addr, f"cannot register with NameServer {addr}: {exc}")
 
         await asyncio.gather(*(one(a) for a in self.config.namesrv_addrs))
+        self.acknowledged = acknowledged
         if self.config.brokerId != 0 and named:
             await self._learn_master([n for n in named if n is not None])
+
+    def _failed(self, addr: str, why: str) -> None:
+        """Log why a round with ``addr`` failed: a warning when the reason is new, then at
+        debug level while it stays the same (rounds come every few seconds meanwhile)."""
+        if self._failures.get(addr) != why:
+            log.warning("%s%s", why, "" if self.acknowledged else
+                        f"; trying again every {_UNACKED_FIRST:g}-{_UNACKED_MOST:g} s")
+        else:
+            log.debug("%s", why)
+        self._failures[addr] = why
 
     async def _learn_master(self, named: list[tuple[str, str]]) -> None:
         """A slave: take the master the NameServers named (RocketMQ's updateHaMasterAddress);

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .. import __version__
 from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
 from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
+from ..protocol.version import version_name
 from ..store.retention import disk_space
 from .stats_items import BrokerStatsItems
 
@@ -218,8 +219,11 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
     cfg = store.config
     lag_ms = str(int(stats.loop_lag * 1000))
     table = {
-        "brokerVersionDesc": f"rocketq {__version__}",
+        # The name of the version code it speaks, as RocketMQ writes it (V4_9_8 for 409):
+        # mqadmin's clusterList and brokerStatus show it; rocketq's own version apart.
+        "brokerVersionDesc": version_name(CURRENT_VERSION),
         "brokerVersion": str(CURRENT_VERSION),
+        "rocketqVersion": __version__,
         "bootTimestamp": str(int(stats.started * 1000)),
         "runtime": _runtime(time.time() - stats.started),
         "brokerActive": "true",

@@ -97,6 +97,9 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "namesrvAddr": getattr(args, "namesrv", None),
         "listenPort": getattr(args, "broker_port", None),
         "grpcServerPort": getattr(args, "grpc_port", None),
+        # --enable-proxy, or a gRPC port named on the command line, turns gRPC on.
+        "enableProxy": True if getattr(args, "enable_proxy", False)
+        or getattr(args, "grpc_port", None) else None,
         # --metrics-port turns the Prometheus exporter on, whatever the file says.
         "metricsExporterType": "PROM" if getattr(args, "metrics_port", None) is not None
         else None,
@@ -131,6 +134,23 @@ def _grpc_port_default(args: argparse.Namespace, config: Any) -> None:
         raise ValueError(f"ROCKETQ_GRPC_PORT must be a port number, not {env!r}") from None
 
 
+def _grpc_opt_in(args: argparse.Namespace, config: Any) -> None:
+    """``rocketq broker`` serves gRPC only when asked (``enableProxy``, ``--enable-proxy`` or
+    a non-zero ``--grpc-port``), as RocketMQ's ``mqbroker`` opens no gRPC port without
+    ``--enable-proxy``: a master and a slave from plain 4.x broker.conf files then share a
+    host. Off, ``grpcServerPort`` becomes 0, which GET_BROKER_CONFIG tells other brokers."""
+    from ..store.config import read_properties
+
+    if config.enableProxy:
+        return
+    if (config.grpcServerPort and args.config
+            and "grpcServerPort" in dict(read_properties(args.config))):
+        log.warning("grpcServerPort=%d in %s, but gRPC is off: add enableProxy=true (or "
+                    "--enable-proxy) to serve RocketMQ 5.x clients", config.grpcServerPort,
+                    args.config)
+    config.grpcServerPort = 0
+
+
 async def _serve_grpc(broker: Any) -> Any:
     """The broker's gRPC port for RocketMQ 5.x clients, unless ``grpcServerPort`` is 0; on
     failure the broker is stopped again."""
@@ -163,11 +183,18 @@ def _report_unknown_keys(args: argparse.Namespace, unknown: dict[str, str]) -> N
 
 def _namesrv_security(args: argparse.Namespace) -> dict[str, Any]:
     """A NameServer's ACL file and TLS settings from ``--acl-file`` and ``--tls-config``."""
+    from ..broker.unheeded_security import refuse_unheeded
     from ..remoting import TlsSettings
     from ..store.config import read_properties
 
-    tls = (TlsSettings.from_config(dict(read_properties(args.tls_config)))
-           if args.tls_config else None)
+    tls = None
+    if args.tls_config:
+        values = dict(read_properties(args.tls_config))
+        try:
+            refuse_unheeded(values)
+        except ValueError as exc:
+            raise ValueError(f"{args.tls_config}: {exc}") from None
+        tls = TlsSettings.from_config(values)
     return {"acl_file": args.acl_file, "tls": tls}
 
 
@@ -246,6 +273,7 @@ async def _run_broker(args: argparse.Namespace) -> None:
     stop = _stop_on_signal()
     config, store_config = load_broker_conf(args.config, **_broker_overrides(args))
     _grpc_port_default(args, config)
+    _grpc_opt_in(args, config)
     # Before the broker reads its config directory, binds or registers: a second broker on a
     # store in use stops here (StoreLockedError), and the first one goes on undisturbed.
     lock = StoreLock.acquire(store_config.storePathRootDir, f"rocketq broker "
@@ -435,9 +463,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--namesrv", help="NameServer addresses (namesrvAddr), ';'-separated")
             p.add_argument("--data-dir", help="store root (storePathRootDir)")
         p.add_argument("--broker-port", type=int, help="listen port (listenPort, default 10911)")
-        p.add_argument("--grpc-port", type=int,
-                       help="the gRPC port for RocketMQ 5.x clients (grpcServerPort, default "
-                            "8081, or ROCKETQ_GRPC_PORT; 0: none)")
+        if standalone:
+            p.add_argument("--grpc-port", type=int,
+                           help="the gRPC port for RocketMQ 5.x clients (grpcServerPort, "
+                                "default 8081, or ROCKETQ_GRPC_PORT; 0: none)")
+        else:
+            p.add_argument("--enable-proxy", action="store_true",
+                           help="serve RocketMQ 5.x clients over gRPC on grpcServerPort, as "
+                                "RocketMQ's mqbroker --enable-proxy (broker key enableProxy; "
+                                "default: off)")
+            p.add_argument("--grpc-port", type=int,
+                           help="the gRPC port for RocketMQ 5.x clients (grpcServerPort, "
+                                "default 8081, or ROCKETQ_GRPC_PORT; 0: none); a port given "
+                                "here turns gRPC on, as --enable-proxy does")
         p.add_argument("--broker-name", help="brokerName (default broker-a)")
         p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
         p.add_argument("--broker-ip", help="address written into message ids (brokerIP1)")

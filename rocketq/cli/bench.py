@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 
 from . import RawDescriptionHelpFormatter, failure_reason, spawn_standalone
+from .admin.common import namesrv_option
 
 MODES = ("sync", "async", "oneway", "batch")
 NAMESRV_HELP = ("NameServer addresses, ';'-separated (default: $NAMESRV_ADDR, else "
@@ -47,14 +48,15 @@ def add_bench_parser(sub: Any) -> None:
                            description=__doc__.replace("``", ""),
                            formatter_class=RawDescriptionHelpFormatter)
     # Also before KIND; after it, an absent --namesrv keeps the value given here.
-    bench.add_argument("--namesrv", help=NAMESRV_HELP)
+    bench.add_argument("--namesrv", type=namesrv_option, help=NAMESRV_HELP)
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="KIND")
     for name, text in (("produce", "send messages as fast as the mode allows"),
                        ("consume", "read a topic from its first offset"),
                        ("e2e", "send and consume at once; latency from birth to receipt")):
         p = kinds.add_parser(name, help=text, description=text)
         where = p.add_mutually_exclusive_group()
-        where.add_argument("--namesrv", default=argparse.SUPPRESS, help=NAMESRV_HELP)
+        where.add_argument("--namesrv", default=argparse.SUPPRESS, type=namesrv_option,
+                           help=NAMESRV_HELP)
         where.add_argument("--start-broker", action="store_true",
                            help="start a rocketq standalone broker in a temporary directory "
                                 "instead")

@@ -4,7 +4,12 @@ its own child process on loopback, for trying automatic failover with one comman
 Each broker's ``broker.conf``, store and log are under ``--data-dir``. Ctrl-C (or SIGTERM)
 stops every child; killing one broker with ``kill -9`` shows a failover: the command says
 which child exited and how, and which replica each group's master is, at start and whenever
-that changes.
+that changes. A broker that exits is started again, as a supervisor would (it rejoins its
+group as a slave): after 5 s, so that a killed master's group fails over first, doubling to
+30 s while it keeps exiting within a minute of its start, and not after 5 such exits in a
+row (``--no-restart``: never). The NameServer and the controller take the ACL
+(``aclEnable``, ``aclFile``) and TLS (``tlsMode``, ``tls.*``) of the ``-c`` file, as the
+brokers do.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import socket
 import string
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
 #: Where ``rocketq cluster`` keeps its children's stores, configs and logs by default.
@@ -26,6 +32,14 @@ DEFAULT_DATA_DIR = "./rocketq-cluster"
 ELECTION_WAIT = 20.0
 #: How often the NameServer is asked for the masters, to report a change.
 WATCH_INTERVAL = 1.0
+#: A broker that exits is started again after RESTART_FIRST seconds (longer than a failover
+#: takes: a master started again sooner could be elected again), doubling to
+#: RESTART_MOST while each run lasts under STEADY seconds; after RESTART_LIMIT such short
+#: runs in a row it is left down.
+RESTART_FIRST = 5.0
+RESTART_MOST = 30.0
+STEADY = 60.0
+RESTART_LIMIT = 5
 
 
 def free_port(pair: bool = False, avoid: frozenset[int] = frozenset()) -> int:
@@ -100,19 +114,36 @@ class Child:
     #: Whether the cluster cannot go on without it (the NameServer, the controller).
     essential: bool = False
     port: int | None = None
+    #: How to start it again (``rocketq`` arguments, its log): set for brokers.
+    argv: list[str] | None = None
+    log_path: str = ""
+    #: When it was last started (the loop's clock), and its short runs in a row.
+    started: float = 0.0
+    short_runs: int = 0
 
     def describe(self) -> str:
         return f"{self.label} (pid {self.proc.pid})"
+
+    def restart_delay(self, now: float) -> float | None:
+        """Seconds to wait before starting it again after an exit at ``now``, or None when
+        it is to stay down (not a broker, or RESTART_LIMIT short runs in a row)."""
+        if self.argv is None:
+            return None
+        self.short_runs = self.short_runs + 1 if now - self.started < STEADY else 1
+        if self.short_runs > RESTART_LIMIT:
+            return None
+        return min(RESTART_FIRST * 2 ** (self.short_runs - 1), RESTART_MOST)
 
 
 class MasterWatch:
     """Which replica each broker group's master is, as the NameServer sees it: printed once
     every group has one (or the wait is over), then again whenever one changes."""
 
-    def __init__(self, namesrv: str, groups: list[str], brokers: list[Child]) -> None:
+    def __init__(self, namesrv: str, groups: list[str], brokers: list[Child],
+                 **client: Any) -> None:
         from ..client.admin import AsyncAdmin
 
-        self.admin = AsyncAdmin(namesrv)
+        self.admin = AsyncAdmin(namesrv, **client)
         self.groups = groups
         self.by_port = {child.port: child for child in brokers}
         self.current: dict[str, str | None] = {}
@@ -177,27 +208,102 @@ class MasterWatch:
         await self.admin.close()
 
 
-async def _supervise(children: list[Child], watch: MasterWatch, stop: asyncio.Event) -> None:
+async def _restart(child: Child, delay: float) -> Child:
+    """Start ``child`` again after ``delay`` seconds, with the arguments it had."""
+    assert child.argv is not None
+    await asyncio.sleep(delay)
+    child.started = asyncio.get_running_loop().time()  # a failed start is a short run too
+    child.proc = await _spawn(child.argv, child.log_path)
+    print(f"{child.label} restarted: 127.0.0.1:{child.port} (pid {child.proc.pid})",
+          flush=True)
+    return child
+
+
+async def _supervise(children: list[Child], watch: MasterWatch, stop: asyncio.Event,
+                     restart: bool = True) -> None:
     """Until ``stop`` is set or an essential child exits: report each child that exits (a
-    broker's exit is what a failover follows) and each change of master."""
+    broker's exit is what a failover follows) and each change of master, and start an
+    exited broker again (``restart``; see ``Child.restart_delay``)."""
+    loop = asyncio.get_running_loop()
     waits = {asyncio.ensure_future(child.proc.wait()): child for child in children}
+    restarts: dict[asyncio.Future[Child], Child] = {}
     stopping = asyncio.ensure_future(stop.wait())
     watching = asyncio.ensure_future(watch.watch())
+
+    def again(child: Child, why: str) -> None:
+        delay = child.restart_delay(loop.time()) if restart else None
+        if delay is None:
+            print(f"{child.label} is left down" + (
+                f" ({why}; it exited {RESTART_LIMIT} times within {STEADY:g} s of its start; "
+                f"see {child.log_path})" if restart and child.argv else
+                " (--no-restart)" if child.argv else ""), flush=True)
+            return
+        print(f"restarting {child.label} in {delay:g} s", flush=True)
+        restarts[asyncio.ensure_future(_restart(child, delay))] = child
+
     try:
         while True:
-            done, _ = await asyncio.wait([stopping, *waits], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([stopping, *waits, *restarts],
+                                         return_when=asyncio.FIRST_COMPLETED)
             if stopping in done:
                 return
             for task in done:
+                if task in restarts:
+                    child = restarts.pop(task)
+                    if task.exception() is not None:
+                        print(f"{child.label} did not start again: {task.exception()}",
+                              flush=True)
+                        again(child, "it did not start")
+                    else:
+                        waits[asyncio.ensure_future(child.proc.wait())] = child
+                    continue
                 child = waits.pop(task)
                 print(f"{child.describe()} {exit_text(task.result())}"
                       + ("; stopping the cluster" if child.essential else ""), flush=True)
                 if child.essential:
                     return
+                again(child, "it keeps exiting")
     finally:
-        for task in (stopping, watching, *waits):
+        for task in (stopping, watching, *waits, *restarts):
             task.cancel()
-        await asyncio.gather(stopping, watching, *waits, return_exceptions=True)
+        await asyncio.gather(stopping, watching, *waits, *restarts, return_exceptions=True)
+
+
+def cluster_security(config: str | None, data: str) -> tuple[list[str], dict[str, Any]]:
+    """The NameServer's and controller's ``--acl-file``/``--tls-config`` from the ACL and TLS
+    keys of the brokers' ``-c`` file (written to ``<data>/tls.properties``), and what the
+    command's own admin client needs to read the NameServer: its credentials (the ACL file's
+    first admin account) and TLS context."""
+    from ..acl import BROKER_ADMIN_CODES, AccessControl, Credentials
+    from ..remoting.tls import DISABLED, outgoing_context
+    from ..store.config import read_properties
+
+    values = ({k: str(v).strip() for k, v in dict(read_properties(config)).items()}
+              if config else {})
+    args: list[str] = []
+    client: dict[str, Any] = {}
+    if values.get("aclEnable", "").lower() == "true":
+        path = values.get("aclFile", "")
+        if not path:
+            raise ValueError(f"{config}: aclEnable=true needs aclFile=PATH in rocketq cluster "
+                             "(the brokers, the NameServer and the controller read the same "
+                             "accounts)")
+        path = os.path.abspath(path)
+        args += ["--acl-file", path]
+        admin = AccessControl(path, BROKER_ADMIN_CODES).acl.first_admin()
+        if admin is not None:
+            client["credentials"] = Credentials(admin.access_key, admin.secret_key)
+    tls = {k: v for k, v in values.items() if k == "tlsMode" or k.startswith("tls.")}
+    if tls:
+        path = os.path.join(data, "tls.properties")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("".join(f"{k}={v}\n" for k, v in tls.items()))
+        args += ["--tls-config", path]
+        mode = (tls.get("tlsMode") or tls.get("tls.server.mode") or DISABLED).lower()
+        context = outgoing_context(tls, mode)
+        if context is not None:
+            client["tls"] = context
+    return args, client
 
 
 async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -211,10 +317,13 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
     watch: MasterWatch | None = None
     try:
         namesrv = f"127.0.0.1:{args.namesrv_port}"
+        # The brokers' ACL and TLS, for the NameServer and the controller too.
+        security, client = cluster_security(args.config, data)
         # --metrics-port: the NameServer's, the controller's the next, then the brokers'.
         metrics = args.metrics_port
         children.append(Child("NameServer", await _spawn(
-            ["namesrv", "--port", str(args.namesrv_port), *metrics_args(metrics, 0)],
+            ["namesrv", "--port", str(args.namesrv_port), *security,
+             *metrics_args(metrics, 0)],
             os.path.join(data, "namesrv.log")), essential=True, port=args.namesrv_port))
         grpc_base = grpc_port_base(args)
         promised = promised_ports(metrics, grpc_base, args.groups * args.replicas)
@@ -222,10 +331,12 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         controller = f"127.0.0.1:{controller_port}"
         children.append(Child("controller", await _spawn(
             ["controller", "--port", str(controller_port),
-             "--data-dir", os.path.join(data, "controller"), *metrics_args(metrics, 1)],
+             "--data-dir", os.path.join(data, "controller"), *security,
+             *metrics_args(metrics, 1)],
             os.path.join(data, "controller.log")), essential=True, port=controller_port))
-        print(f"NameServer {namesrv}{metrics_note(metrics, 0)}\nController {controller}"
-              f"{metrics_note(metrics, 1)}", flush=True)
+        print(f"NameServer {namesrv} (pid {children[0].proc.pid}){metrics_note(metrics, 0)}\n"
+              f"Controller {controller} (pid {children[1].proc.pid}){metrics_note(metrics, 1)}",
+              flush=True)
         index = 0
         for name in group_names(args.groups):
             for replica in range(args.replicas):
@@ -243,19 +354,22 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                              f"namesrvAddr={namesrv}\nlistenPort={port}\nhaListenPort=0\n"
                              f"storePathRootDir={root}\nenableControllerMode=true\n"
                              f"controllerAddr={controller}\nallAckInSyncStateSet=true\n"
-                             f"grpcServerPort={grpc_port}\n{metrics_conf}")
+                             f"enableProxy=true\ngrpcServerPort={grpc_port}\n{metrics_conf}")
                     if args.config:
                         with open(args.config) as extra:
                             fh.write(extra.read())
-                proc = await _spawn(["broker", "-c", conf], os.path.join(root, "broker.log"))
-                children.append(Child(f"{name} replica {replica}", proc, port=port))
+                argv, log_path = ["broker", "-c", conf], os.path.join(root, "broker.log")
+                proc = await _spawn(argv, log_path)
+                children.append(Child(f"{name} replica {replica}", proc, port=port, argv=argv,
+                                      log_path=log_path,
+                                      started=asyncio.get_running_loop().time()))
                 grpc_note = f", gRPC 127.0.0.1:{grpc_port}" if grpc_port else ""
                 print(f"{name} replica {replica}: 127.0.0.1:{port}{grpc_note}{metrics_text} "
                       f"(pid {proc.pid}, data {root})", flush=True)
-        watch = MasterWatch(namesrv, group_names(args.groups), children[2:])
+        watch = MasterWatch(namesrv, group_names(args.groups), children[2:], **client)
         await watch.first()
         print(f"connect clients with namesrv=\"{namesrv}\"; Ctrl-C stops all", flush=True)
-        await _supervise(children, watch, stop)
+        await _supervise(children, watch, stop, restart=not args.no_restart)
         print("stopping...", flush=True)
     finally:
         if watch is not None:
@@ -320,7 +434,13 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, metavar="BASE",
                    help="serve Prometheus metrics: the NameServer on BASE, the controller on "
                         "BASE+1, broker i (from 0) on BASE+2+i (default: off)")
-    p.add_argument("-c", "--config", help="broker.conf lines added to every broker's")
+    p.add_argument("-c", "--config", help="broker.conf lines added to every broker's (its ACL "
+                                          "and TLS keys apply to the NameServer and the "
+                                          "controller too)")
+    p.add_argument("--no-restart", action="store_true",
+                   help="leave a broker that exits down (default: start it again after 5 s, "
+                        "doubling to 30 s, at most 5 times in a row within a minute of its "
+                        "start)")
     p.set_defaults(func=_run)
 
 

@@ -41,12 +41,17 @@ def controller_security(acl_file: str | None, tls_config: str | None,
     """A controller's ACL, TLS settings, signer and Raft password from its options (see the
     module docstring). Raises ValueError (AclConfigError, TlsConfigError) on bad files."""
     from ..acl import CONTROLLER_ADMIN_CODES, AccessControl, Credentials
+    from ..broker.unheeded_security import refuse_unheeded
     from ..remoting.tls import TlsSettings, outgoing_context
     from ..store.config import read_properties
 
     out = ControllerSecurity()
     if tls_config:
         values = dict(read_properties(tls_config))
+        try:
+            refuse_unheeded(values)
+        except ValueError as exc:
+            raise ValueError(f"{tls_config}: {exc}") from None
         tls = TlsSettings.from_config(values)
         if tls.enabled:
             _ = tls.server_context  # a certificate that cannot be loaded fails here

@@ -33,6 +33,8 @@ DEFAULT_HOST = "127.0.0.1"
 def add_dashboard_parser(sub: Any) -> None:
     """``rocketq dashboard`` and ``rocketq dashboard add-user`` on the command's
     subparsers."""
+    from .admin.common import namesrv_option
+
     p = sub.add_parser(
         "dashboard", help="serve the web dashboard (topics, groups, messages, charts)",
         usage="%(prog)s [options]\n       %(prog)s add-user NAME --users PATH",
@@ -41,8 +43,9 @@ def add_dashboard_parser(sub: Any) -> None:
                     "Read-only without --users; with --users every page needs a login, and "
                     "its users may make changes.")
     p.add_argument("--namesrv", default=os.environ.get(NAMESRV_ENV, "").strip()
-                   or DEFAULT_NAMESRV, help=f"NameServer addresses, ';'-separated (default: "
-                                            f"${NAMESRV_ENV}, else {DEFAULT_NAMESRV})")
+                   or DEFAULT_NAMESRV, type=namesrv_option,
+                   help=f"NameServer addresses, ';'-separated (default: ${NAMESRV_ENV}, else "
+                        f"{DEFAULT_NAMESRV})")
     p.add_argument("--host", default=DEFAULT_HOST, help="address to serve on")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (0: any)")
     p.add_argument("--users", metavar="PATH",

@@ -7,6 +7,7 @@ the admin all call these, so each rule is written once.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -50,20 +51,47 @@ def check_group(group: Any, role: str) -> str:
     return group
 
 
+#: A host name: letters, digits, '-' and '_' in dot-separated labels (no scheme, path,
+#: user or blank).
+HOST_PATTERN = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
+                          r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
+
+
+def address_problem(addr: str) -> str | None:
+    """What is wrong with the NameServer address ``addr`` (one ``host:port``), naming the
+    bad part, or None when it is a host name or IP address and a port in 1..65535."""
+    if "://" in addr:
+        scheme, _, rest = addr.partition("://")
+        return (f"{addr!r} is a URL: a NameServer address has no scheme ({scheme}://) or "
+                f"path; write host:port ({rest.split('/', 1)[0]!r}), several joined by ';'")
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host:
+        return f"{addr!r} has no port: write host:port (a NameServer listens on 9876 by default)"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return f"{addr!r}: the port {port!r} is not a number in 1..65535 (write host:port)"
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        if not HOST_PATTERN.fullmatch(bare):
+            return f"{addr!r}: {host!r} is not a host name or IP address (write host:port)"
+    return None
+
+
 def check_namesrv(namesrv: Any) -> list[str]:
     """The addresses of ``namesrv``, ``"host:port"`` or several joined by ``;`` (or ``,``),
-    refused at once when one is not a host and a port."""
+    refused at once when one is not a host and a port, with the bad part named."""
     example = "'host:port' or 'host:port;host:port'"
     check_type(namesrv, str, "namesrv", f"the NameServer addresses as a str like {example}")
     addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
     if not addrs:
         raise InvalidArgumentError(f"namesrv: no NameServer address given; use {example}")
     for addr in addrs:
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidArgumentError(f"namesrv: {addr!r} is not a host:port address; use "
-                                       f"{example}")
+        problem = address_problem(addr)
+        if problem is not None:
+            raise InvalidArgumentError(f"namesrv: {problem}")
     return addrs
 
 
-__all__ = ["GROUP_MAX_LENGTH", "check_group", "check_namesrv", "check_type", "type_name"]
+__all__ = ["GROUP_MAX_LENGTH", "address_problem", "check_group", "check_namesrv", "check_type",
+           "type_name"]

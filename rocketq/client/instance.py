@@ -24,6 +24,11 @@ from .checks import check_namesrv
 from .errors import BrokerError, ClientError, NameServerError, NoMasterError
 from .message import MessageQueue
 
+#: Requests every NameServer serves: one that answers them "not supported" is none.
+NAMESRV_ONLY_CODES = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                RequestCode.GET_BROKER_CLUSTER_INFO,
+                                RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER})
+
 log = logging.getLogger("rocketq.client")
 
 MASTER_ID = 0
@@ -148,17 +153,36 @@ class ClientInstance:
     # ------------------------------------------------------------------ NameServer
     async def invoke_namesrv(self, cmd_factory: Callable[[], RemotingCommand],
                              timeout: float = 3.0) -> RemotingCommand:
-        """Ask the NameServers in turn until one answers."""
+        """Ask the NameServers in turn until one answers. An address that answers a request
+        every NameServer serves with "not supported" is not a NameServer (a broker's port
+        given by mistake, most often): it is passed over, and named as such."""
         errors = []
         for i in range(len(self.namesrv_addrs)):
             addr = self.namesrv_addrs[(self._namesrv_index + i) % len(self.namesrv_addrs)]
             try:
-                response = await self.remoting.invoke(addr, cmd_factory(), timeout)
+                cmd = cmd_factory()
+                response = await self.remoting.invoke(addr, cmd, timeout)
+                if (response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+                        and cmd.code in NAMESRV_ONLY_CODES):
+                    errors.append(await self._not_a_namesrv(addr, cmd.code, timeout))
+                    continue
                 self._namesrv_index = (self._namesrv_index + i) % len(self.namesrv_addrs)
                 return response
             except (RemotingError, OSError) as exc:
                 errors.append(f"{addr}: {exc}")
         raise NameServerError("no NameServer answered: " + "; ".join(errors))
+
+    async def _not_a_namesrv(self, addr: str, code: int, timeout: float) -> str:
+        """Why ``addr`` is no NameServer: it answered ``code`` "not supported". A peer that
+        answers GET_BROKER_RUNTIME_INFO is named a broker."""
+        what = "is not a NameServer"
+        with contextlib.suppress(RemotingError, OSError):
+            r = await self.remoting.invoke(addr, RemotingCommand.request(
+                RequestCode.GET_BROKER_RUNTIME_INFO), timeout)
+            if r.code == ResponseCode.SUCCESS:
+                what = "answers as a broker, not a NameServer"
+        return (f"{addr} {what} (request code {code} not supported); the NameServer's "
+                f"default port is 9876")
 
     async def fetch_route(self, topic: str) -> TopicRoute | None:
         """The route of ``topic`` from a NameServer, or None if it has none."""

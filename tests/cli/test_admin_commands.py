@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from rocketq import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
+from rocketq import ConsumeResult, Message, Producer, PullConsumer, PushConsumer, __version__
 from rocketq.cli import main
 
 from ..conftest import wait_for
@@ -31,10 +31,16 @@ def test_brokers_topics_and_groups(servers, capsys):
     assert main([*admin, "cluster", "status", broker.address]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "brokerRole=ASYNC_MASTER" in lines and any(x.startswith("putTps=") for x in lines)
+    # The RocketMQ version it speaks, named as RocketMQ 4.9.8 names it; rocketq's apart.
+    assert "brokerVersionDesc=V4_9_8" in lines and f"rocketqVersion={__version__}" in lines
     assert main([*admin, "cluster", "status", broker.address, "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert (status["brokerName"], status["role"], status["epoch"]) == (
         "broker-a", "ASYNC_MASTER", None)
+    assert (status["version"], status["rocketqVersion"]) == ("V4_9_8", __version__)
+    assert main([*admin, "cluster", "list"]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[3:6] == [broker.address, "ASYNC_MASTER", "-"] and row[6] == "V4_9_8"
 
     assert main([*admin, "topic", "create", "Shop", "--queues", "4"]) == 0
     assert main([*admin, "topic", "update", "Shop", "--write-queues", "2", "--message-type",

@@ -89,6 +89,24 @@ def test_namesrv_must_be_host_port_when_the_client_is_made(kind):
     make(kind, "g", "127.0.0.1:9876;127.0.0.2:9876")
 
 
+@pytest.mark.parametrize("kind", sorted(WITH_ADMIN))
+def test_a_bad_namesrv_part_is_named(kind):
+    for bad, named in [
+            ("http://127.0.0.1:9876", "'http://127.0.0.1:9876' is a URL: a NameServer address "
+                                      "has no scheme (http://) or path; write host:port "
+                                      "('127.0.0.1:9876')"),
+            ("127.0.0.1:9876;rocketmq://ns2:9876/", "'rocketmq://ns2:9876/' is a URL"),
+            ("name server:9876", "'name server' is not a host name or IP address"),
+            ("user@host:9876", "'user@host' is not a host name or IP address"),
+            ("127.0.0.1:9876/", "the port '9876/' is not a number"),
+            ("ns1", "'ns1' has no port: write host:port")]:
+        with pytest.raises(InvalidArgumentError) as exc:
+            make(kind, "g", bad)  # once accepted, and failing at the first request
+        assert str(exc.value).startswith("namesrv: ") and named in str(exc.value), bad
+    for good in ("ns-1.example.com:9876", "[::1]:9876", "::1:9876", "my_host:9876"):
+        make(kind, "g", good)
+
+
 @pytest.mark.parametrize("kind", sorted(MAKERS))
 def test_group_names_follow_rocketmqs_rule(kind):
     for bad, match in [("bad group!", "may contain only"), ("", "empty"),

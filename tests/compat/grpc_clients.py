@@ -8,7 +8,7 @@ rocketq's venv), the driver scripts that run them, and the null gRPC service to 
   js/grpc_client.js with those arguments (``send``/``receive``/``push`` ...; see the scripts)
   and return the one JSON object they print. The clients' logs go to a temporary HOME
   (~/logs/rocketmq_python/rocketmq_client.log, ~/logs/rocketmq/rocketmq_client_nodejs.log),
-  removed after a successful run and quoted in the error of a failed one.
+  removed after every run (the error of a failed one quotes the log).
 - ``null_server()``: benchmarks/grpc_null.py in a child process; yields its "127.0.0.1:PORT".
 
     with null_server() as endpoint:
@@ -126,24 +126,28 @@ def _tail(path: pathlib.Path, n: int = 3000) -> str:
 
 def _run(argv: list[str], env: dict[str, str], home: pathlib.Path, keep_home: bool,
          log: str, timeout: float, check: bool) -> dict[str, Any]:
+    """Run a driver; its JSON result, or DriverError quoting the client's log. A temporary
+    HOME is removed whatever the outcome: an error carries the log's text, not its path."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              cwd=home)
-    except subprocess.TimeoutExpired as e:
-        raise DriverError(f"{pathlib.Path(argv[1]).name} {argv[2]} did not finish in {timeout} s;"
-                          f" client log {home / log}:\n{_tail(home / log)}") from e
-    result = parse_result(proc.stdout)
-    ok = proc.returncode == 0 and result is not None and result.get("ok")
-    if check and not ok:
-        error = (result or {}).get("error") or (result or {}).get("errors") or "no result"
-        raise DriverError(
-            f"{pathlib.Path(argv[1]).name} {argv[2]} failed (exit {proc.returncode}): {error}\n"
-            f"--- traceback\n{(result or {}).get('traceback', '')}\n"
-            f"--- stderr\n{proc.stderr[-3000:]}\n--- client log {home / log}\n"
-            f"{_tail(home / log)}", result)
-    if not keep_home and (ok or not check):
-        shutil.rmtree(home, ignore_errors=True)
-    return result if result is not None else {"ok": False, "error": proc.stderr[-3000:]}
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  env=env, cwd=home)
+        except subprocess.TimeoutExpired as e:
+            raise DriverError(f"{pathlib.Path(argv[1]).name} {argv[2]} did not finish in "
+                              f"{timeout} s; client log ~/{log}:\n{_tail(home / log)}") from e
+        result = parse_result(proc.stdout)
+        ok = proc.returncode == 0 and result is not None and result.get("ok")
+        if check and not ok:
+            error = (result or {}).get("error") or (result or {}).get("errors") or "no result"
+            raise DriverError(
+                f"{pathlib.Path(argv[1]).name} {argv[2]} failed (exit {proc.returncode}): "
+                f"{error}\n--- traceback\n{(result or {}).get('traceback', '')}\n"
+                f"--- stderr\n{proc.stderr[-3000:]}\n--- client log ~/{log}\n"
+                f"{_tail(home / log)}", result)
+        return result if result is not None else {"ok": False, "error": proc.stderr[-3000:]}
+    finally:
+        if not keep_home:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _home(home: str | os.PathLike[str] | None) -> tuple[pathlib.Path, bool]:

@@ -8,6 +8,7 @@ import time
 
 import orjson
 
+from rocketq import __version__
 from rocketq.protocol import fastjson
 from rocketq.protocol.codes import RequestCode as RC
 from rocketq.protocol.codes import ResponseCode
@@ -93,6 +94,10 @@ def test_mqadmin_session(cluster):
                 "earliestMessageTimeStamp", "commitLogDiskRatio"):
         assert key in runtime, key
     assert [float(x) for x in runtime["putTps"].split()]
+    # As RocketMQ 4.9.8 writes them: the name of the version code, V4_9_8 for 409; rocketq's
+    # own version under a key of its own.
+    assert (runtime["brokerVersionDesc"], runtime["brokerVersion"]) == ("V4_9_8", "409")
+    assert runtime["rocketqVersion"] == __version__
     assert b"flushConsumerOffsetInterval=6000" in by_code[26][0].body
     assert broker.config.flushConsumerOffsetInterval == 6000
     assert "CCG_ADMIN" in broker.subscription_groups.groups

@@ -77,7 +77,8 @@ async def broker_status(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"cluster": b.cluster, "brokerName": b.broker_name,
                         "brokerId": b.broker_id, "address": b.address, "role": b.role,
-                        "version": b.version, "epoch": b.epoch, "putTps": b.put_tps,
+                        "version": b.version, "rocketqVersion": b.rocketq_version,
+                        "epoch": b.epoch, "putTps": b.put_tps,
                         "getTps": b.get_tps, "putToday": b.put_today, "getToday": b.get_today,
                         "diskRatio": b.disk_ratio, "dispatchBehind": b.dispatch_behind,
                         "runtime": b.runtime})

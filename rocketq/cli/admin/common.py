@@ -26,6 +26,20 @@ def default_namesrv() -> str:
     return os.environ.get(NAMESRV_ENV, "").strip() or DEFAULT_NAMESRV
 
 
+def namesrv_option(value: str) -> str:
+    """argparse's ``type`` of ``--namesrv`` (and of ``$NAMESRV_ADDR``, its default): the
+    addresses as given, or a usage error naming the bad one."""
+    from ...client.checks import check_namesrv
+    from ...client.errors import InvalidArgumentError
+
+    try:
+        check_namesrv(value)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (from --namesrv, else ${NAMESRV_ENV})"
+                                         ) from None
+    return value
+
+
 def add_connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """``--namesrv``, the ACL keys and TLS. Added both to ``admin`` (``defaults``: the values
     when none is given) and to every admin subcommand, so they may come before or after the
@@ -33,7 +47,7 @@ def add_connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -
     def default(value: Any) -> Any:
         return value if defaults else argparse.SUPPRESS
 
-    parser.add_argument("-n", "--namesrv", default=default(default_namesrv()),
+    parser.add_argument("-n", "--namesrv", default=default(default_namesrv()), type=namesrv_option,
                         help=f"NameServer addresses, ';'-separated (default: ${NAMESRV_ENV}, "
                              f"else {DEFAULT_NAMESRV})")
     parser.add_argument("--access-key", default=default(os.environ.get("ROCKETQ_ACCESS_KEY")),

@@ -44,8 +44,11 @@ class BrokerStatus:
     #: ``ASYNC_MASTER``, ``SYNC_MASTER`` or ``SLAVE`` as the broker reports it; ``MASTER`` or
     #: ``SLAVE`` (by its id) for a broker that does not say.
     role: str
-    #: The broker's version description (``brokerVersionDesc``), '' if unknown.
+    #: The broker's version description (``brokerVersionDesc``: the name of the RocketMQ
+    #: version it speaks, ``V4_9_8``), '' if unknown.
     version: str = ""
+    #: A rocketq broker's own version (``rocketqVersion``), '' for another broker.
+    rocketq_version: str = ""
     #: The master's epoch in controller mode, else None.
     epoch: int | None = None
     #: The whole runtime table, as the broker wrote it.
@@ -140,6 +143,7 @@ class ClusterAdmin(AdminBase):
         status.runtime = {str(k): str(v) for k, v in table.items()}
         status.role = status.runtime.get("brokerRole") or status.role
         status.version = status.runtime.get("brokerVersionDesc", "")
+        status.rocketq_version = status.runtime.get("rocketqVersion", "")
         if "masterEpoch" in status.runtime:
             status.epoch = _int(status.runtime["masterEpoch"])
         return status
