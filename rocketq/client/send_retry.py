@@ -170,9 +170,10 @@ class SendRetries:
                         exc.topic, exc.brokers,
                         f"{exc}; not sent again: the connection of the attempt before broke "
                         "after the request went, so the broker may have stored it") from None
-                queues = [q for q in route.publish_queues
-                          if self.instance.broker_addr(q.broker_name) not in unreachable]
-                if not queues:
+                queues = route.publish_queues if not unreachable else [
+                    q for q in route.publish_queues
+                    if self.instance.broker_addr(q.broker_name) not in unreachable]
+                if not queues and unreachable:
                     await waits.pause(self, topic, deadline, unreachable)
                     continue
                 if selector is not None:

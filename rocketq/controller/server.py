@@ -158,7 +158,8 @@ class Controller:
     # ------------------------------------------------------------------ requests
     def handle(self, conn: Connection, cmd: RemotingCommand):
         handler = self._handlers.get(cmd.code)  # type: ignore[call-overload]
-        if cmd.code == RequestCode.BROKER_HEARTBEAT and not conn.closed.done():
+        if (cmd.code == RequestCode.BROKER_HEARTBEAT and conn is not None
+                and not conn.closed.done()):
             group, broker_id = cmd.field("brokerName") or "", cmd.int_field("brokerId", -1)
             if group and broker_id > 0:
                 self._heartbeat_conns[conn] = (group, broker_id)
