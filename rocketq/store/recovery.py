@@ -70,6 +70,13 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
         start = min(cp.flushed_offset, cp.dispatched_offset) if cp.existed else 0
         if not commitlog.min_offset <= start <= commitlog.files.max_offset:
             start = commitlog.min_offset
+        if index_from >= start:
+            # The newest indexed record may have only some of its keys indexed: the process
+            # died between them (rolling over to the next index file, or once the header
+            # counted part of them). Its entries go, wherever they are, and the scan below
+            # indexes it whole; the records before it were indexed whole.
+            index.truncate(index_from)
+            index_from = index.end_phy_offset
         scan_file = commitlog.files.find(start) or files[-1]
         for f in files:
             if f.from_offset < scan_file.from_offset:

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from rocketq.protocol.message import MessageFormatError, MessageRecord, encode_record
-from rocketq.store import MessageStore, StoreMessage
+from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
 from rocketq.store.checkpoint import Checkpoint
+from rocketq.store.index import ENTRY
 
 from .crash_writer import crash_config
 
@@ -242,5 +243,62 @@ def test_sigkill_then_torn_tail_by_hand(tmp_path):
         assert store.recovered_abnormally and store.commitlog.max_offset == end
         assert_commitlog_sound(store)
         check_durable(store, durable)
+    finally:
+        store.close()
+
+
+SPLIT_WRITER = r"""
+import os, signal, sys, time
+from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
+from rocketq.store.index import IndexFile
+
+flush = IndexFile.flush
+
+def die_when_full(self):
+    # Rolling over to the next index file flushes the full one first: die in its fdatasync,
+    # its header written, with only part of the last record's keys in it.
+    if self.is_full:
+        self._write_header()
+        os.kill(os.getpid(), signal.SIGKILL)
+    flush(self)
+
+IndexFile.flush = die_when_full
+store = MessageStore(MessageStoreConfig(
+    storePathRootDir=sys.argv[1], mappedFileSizeCommitLog=1 << 20,
+    mappedFileSizeConsumeQueue=2000, maxHashSlotNum=64, maxIndexNum=9))
+store.put_message(StoreMessage.create("Split", b"m0", 0, keys=["a0", "b0", "c0"]))
+for n in range(1, 20):  # bounded: the dispatcher kills the process at the 8th entry
+    store.put_message(StoreMessage.create("Split", b"m%d" % n, 0, keys=[f"a{n}", f"b{n}"]))
+    time.sleep(0.05)
+time.sleep(10)
+sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+def test_a_record_whose_keys_a_crash_split_between_index_files_is_indexed_whole(tmp_path):
+    """An index file holds 8 entries: the 4th record's first key fills the first file and
+    the process is SIGKILLed as the dispatcher rolls over to the next one. Recovery indexes
+    that record again, whole: every key of every recovered message is found."""
+    root = str(tmp_path / "store")
+    child = subprocess.run([sys.executable, "-c", SPLIT_WRITER, root], capture_output=True,
+                           timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    store = MessageStore(MessageStoreConfig(
+        storePathRootDir=root, mappedFileSizeCommitLog=1 << 20,
+        mappedFileSizeConsumeQueue=2000, maxHashSlotNum=64, maxIndexNum=9))
+    try:
+        assert store.recovered_abnormally
+        records = read_all(store, "Split", 0)
+        assert len(records) >= 4
+        for record in records:
+            for key in record.keys:
+                found = store.query_messages("Split", key)
+                assert [r.body for r in found] == [record.body], key
+        # The entries are those of the records, each once and in CommitLog order.
+        entries = [phys for f in store.index.files for phys in
+                   (ENTRY.unpack_from(f.file.mm, f._entries_at + n * 20)[1]
+                    for n in range(1, f.index_count))]
+        assert entries == [r.commitlog_offset for r in records for _ in r.keys]
     finally:
         store.close()
