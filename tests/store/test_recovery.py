@@ -302,3 +302,47 @@ def test_a_record_whose_keys_a_crash_split_between_index_files_is_indexed_whole(
         assert entries == [r.commitlog_offset for r in records for _ in r.keys]
     finally:
         store.close()
+
+
+UNITS_WRITER = r"""
+import os, signal, sys
+from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
+store = MessageStore(MessageStoreConfig(
+    storePathRootDir=sys.argv[1], mappedFileSizeCommitLog=1 << 20,
+    mappedFileSizeConsumeQueue=2000, flushIntervalConsumeQueue=60_000))
+for n in range(60):
+    store.put_message(StoreMessage.create("Torn", b"m%02d" % n, 0))
+assert store.wait_dispatched(timeout=10)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_units_a_crash_left_unwritten_before_the_last_one_are_written_again(tmp_path):
+    """A process killed while it copies a run of units through the mapping may leave any of
+    them unwritten or torn, not only the last (a copy need not store its bytes in order).
+    Recovery after the crash writes the units of the records it scans again where they
+    differ, so no message is lost behind a zero unit."""
+    root = str(tmp_path / "store")
+    child = subprocess.run([sys.executable, "-c", UNITS_WRITER, root], capture_output=True,
+                           timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    path = os.path.join(root, "consumequeue", "Torn", "0", "0" * 20)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes(20), 40 * 20)  # unit 40 never written
+        os.pwrite(fd, bytes(4), 50 * 20)  # unit 50 torn: its offset's first bytes missing
+        os.pwrite(fd, bytes(20), 0)  # the queue's first unit never written
+    finally:
+        os.close(fd)
+    store = MessageStore(MessageStoreConfig(
+        storePathRootDir=root, mappedFileSizeCommitLog=1 << 20,
+        mappedFileSizeConsumeQueue=2000))
+    try:
+        assert store.recovered_abnormally
+        assert store.get_min_offset("Torn", 0) == 0
+        records = read_all(store, "Torn", 0)
+        assert [r.body for r in records] == [b"m%02d" % n for n in range(60)]
+        assert [r.queue_offset for r in records] == list(range(60))
+    finally:
+        store.close()
