@@ -61,22 +61,25 @@ class ConsumeQueue:
         """Write the unit for ``queue_offset``; see :meth:`put_run`."""
         return self.put_run(queue_offset, [commitlog_offset, size, tags_code])
 
-    def put_run(self, first_offset: int, flat: list[int]) -> bool:
+    def put_run(self, first_offset: int, flat: list[int], *, rewrite: bool = False) -> bool:
         """Write consecutive units from ``first_offset``; ``flat`` holds (commitlog offset,
         size, tag code) triples back to back. See :meth:`put_units`."""
         count = len(flat) // 3
         return self.put_units(first_offset, count, _units(count).pack(*flat),
-                              flat[-3] + flat[-2])
+                              flat[-3] + flat[-2], rewrite=rewrite)
 
     def put_units(self, first_offset: int, count: int, data: bytes | bytearray | memoryview,
-                  end_phys: int) -> bool:
+                  end_phys: int, *, rewrite: bool = False) -> bool:
         """Write ``count`` consecutive encoded units (``data``) from ``first_offset``;
         ``end_phys`` is one past the CommitLog end of the last one's record. Idempotent:
         units already present are kept, so recovery can re-dispatch a stretch of the
-        CommitLog safely. Returns True if anything was written. DiskFullError when the
-        blocks for them cannot be reserved (a put reserves them before it is acknowledged,
-        see ``MappedFileQueue.make_ahead``; a slave's dispatch of its master's log does not):
-        the units of the files before stay written."""
+        CommitLog safely; with ``rewrite`` (recovery after a crash) they are written again
+        where they differ, since a process killed while copying a run of units may have
+        left any of them unwritten or torn, not only the last. Returns True if anything
+        was appended. DiskFullError when the blocks for them cannot be reserved (a put
+        reserves them before it is acknowledged, see ``MappedFileQueue.make_ahead``; a
+        slave's dispatch of its master's log does not): the units of the files before stay
+        written."""
         pos = first_offset * UNIT_SIZE
         files = self.files
         last = files.last
@@ -87,6 +90,8 @@ class ConsumeQueue:
             end = last.from_offset + last.wrote_position
             if pos < end:
                 skip = (end - pos) // UNIT_SIZE
+                if rewrite:
+                    self._rewrite(pos, memoryview(data)[:min(skip, count) * UNIT_SIZE])
                 if skip >= count:
                     return False  # already dispatched
                 data = memoryview(data)[skip * UNIT_SIZE:]
@@ -107,6 +112,22 @@ class ConsumeQueue:
         if end_phys > self.max_physic_offset:
             self.max_physic_offset = end_phys
         return True
+
+    def _rewrite(self, pos: int, data: memoryview) -> None:
+        """Write units below the write position again where the bytes differ (a run torn by
+        a crash); units in files deleted since are left alone. A record's unit is written
+        only for a record still in the CommitLog, so the min offset may move back to it."""
+        done = 0
+        while done < len(data):
+            f = self.files.find(pos + done)
+            rel = (pos + done) % self.file_size
+            n = min(len(data) - done, self.file_size - rel)
+            part = data[done:done + n]
+            if f is not None and f.view[rel:rel + n].tobytes() != part.tobytes():
+                f.view[rel:rel + n] = part
+                # A queue's first units, torn, were taken for the zeros it may begin with.
+                self.min_logic_offset = min(self.min_logic_offset, (pos + done) // UNIT_SIZE)
+            done += n
 
     def _file_for(self, pos: int) -> MappedFile:
         files = self.files

@@ -87,6 +87,9 @@ class Dispatcher:
         #: index entry for them again (recovery sets it when it moves dispatch back behind
         #: what it indexed, to hold at controller mode's confirm offset).
         self.indexed_to = -1
+        #: Units already in the ConsumeQueues are written again where they differ (recovery
+        #: after a crash: the run being copied when the process died may be torn anywhere).
+        self.rewrite_units = False
         #: Per topic (as stored): its name, its index key prefix and its kind.
         self._topics: dict[bytes, tuple[str, bytes, int]] = {}
         #: Per topic (as stored): its name (the compiled scan's runs).
@@ -302,7 +305,7 @@ class Dispatcher:
 
     def _write_run(self, key: tuple[str, int], run: list) -> bool:
         cq = self.get_queue(*key)
-        return cq.put_run(run[0], run[2])
+        return cq.put_run(run[0], run[2], rewrite=self.rewrite_units)
 
 
 class _RateLimited:

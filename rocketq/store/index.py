@@ -300,8 +300,18 @@ class IndexFile:
 
     def query(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets of entries with ``key_hash`` stored in ``[begin, end]`` (ms),
-        newest first."""
-        view = self.file.view
+        newest first. The file is held while it is read (``ReferenceResource``): retention
+        deleting it meanwhile waits for the query; once deleted it has nothing."""
+        file = self.file
+        if not file.hold():
+            return []
+        try:
+            return self._query(file.view, key_hash, max_num, begin, end)
+        finally:
+            file.release()
+
+    def _query(self, view: memoryview, key_hash: int, max_num: int, begin: int,
+               end: int) -> list[int]:
         out: list[int] = []
         slot_at = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
         current = SLOT.unpack_from(view, slot_at)[0]
@@ -367,8 +377,10 @@ class IndexFile:
         self._write_header()
         self.file.close()
 
-    def destroy(self) -> None:
-        self.file.destroy()
+    def destroy(self) -> bool:
+        """Delete the file; False while a query still holds it (closed by a later
+        :meth:`Index.retry_closing`)."""
+        return self.file.destroy()
 
 
 class Index:
@@ -384,6 +396,8 @@ class Index:
         #: entries of messages already acknowledged do not wait on a disk that may be full.
         self.spare: IndexFile | None = None
         self._spare_lock = threading.Lock()
+        #: Deleted files that queries still held: closed once they let go.
+        self._closing: list[IndexFile] = []
 
     def load(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
@@ -499,15 +513,23 @@ class Index:
         return dropped
 
     def delete_before(self, commitlog_min: int) -> int:
-        """Delete index files whose entries all point below ``commitlog_min``."""
+        """Delete index files whose entries all point below ``commitlog_min``. A query
+        reading one keeps it mapped until it is done (see :meth:`IndexFile.query`)."""
+        self.retry_closing()
         with self.lock:
             doomed = [f for f in self.files[:-1] if f.end_phy_offset < commitlog_min]
             if not doomed:
                 return 0
             self.files = [f for f in self.files if f not in doomed]
         for f in doomed:
-            f.destroy()
+            if not f.destroy():
+                self._closing.append(f)
         return len(doomed)
+
+    def retry_closing(self) -> None:
+        """Close deleted files whose queries have since let go of them."""
+        if self._closing:
+            self._closing = [f for f in self._closing if not f.file.close()]
 
     def flush(self) -> None:
         if self.files:
@@ -519,3 +541,4 @@ class Index:
         with self._spare_lock:
             if self.spare is not None:
                 self.spare.close()
+        self.retry_closing()

@@ -145,7 +145,8 @@ class CompiledDispatch:
             if topic is None:
                 topic = topics[raw] = raw.decode()
             cq = d.get_queue(topic, queue_id)
-            if cq.put_units(first, n, units[at:at + n * _UNIT], end_phys):
+            if cq.put_units(first, n, units[at:at + n * _UNIT], end_phys,
+                            rewrite=d.rewrite_units):
                 key = (topic, queue_id)
                 if first + n > grown.get(key, -1):
                     grown[key] = first + n

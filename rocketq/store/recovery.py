@@ -70,20 +70,32 @@ def recover(config: MessageStoreConfig, commitlog: CommitLog, queues: ConsumeQue
         start = min(cp.flushed_offset, cp.dispatched_offset) if cp.existed else 0
         if not commitlog.min_offset <= start <= commitlog.files.max_offset:
             start = commitlog.min_offset
+        if index_from >= start:
+            # The newest indexed record may have only some of its keys indexed: the process
+            # died between them (rolling over to the next index file, or once the header
+            # counted part of them). Its entries go, wherever they are, and the scan below
+            # indexes it whole; the records before it were indexed whole.
+            index.truncate(index_from)
+            index_from = index.end_phy_offset
         scan_file = commitlog.files.find(start) or files[-1]
         for f in files:
             if f.from_offset < scan_file.from_offset:
                 f.wrote_position = f.flushed_position = f.file_size
         # One pass: each record is checked (lengths, body CRC) and dispatched; the first
         # that is not sound is where the log ends. Units for the records before it are
-        # written again where missing (idempotent per unit); the index is written only past
-        # what it already covers.
+        # written again where missing or different (a run of units the crash cut while it
+        # was copied may miss any of them, not only its last); the index is written only
+        # past what it already covers.
         dispatcher.reput_offset = start
         limit = commitlog.files.max_offset
-        while dispatcher.reput_offset < limit and dispatcher.bad_record_at is None:
-            count, _ = dispatcher.run(limit, index_from=index_from, validate=True)
-            if not count:
-                break
+        dispatcher.rewrite_units = True  # the last run copied may be torn anywhere
+        try:
+            while dispatcher.reput_offset < limit and dispatcher.bad_record_at is None:
+                count, _ = dispatcher.run(limit, index_from=index_from, validate=True)
+                if not count:
+                    break
+        finally:
+            dispatcher.rewrite_units = False
         end = dispatcher.bad_record_at
         if end is None:
             end = dispatcher.reput_offset

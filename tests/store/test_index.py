@@ -155,3 +155,52 @@ def test_reopening_after_a_crash_drops_torn_entries_and_the_last_records_keys(tm
     # The torn entries and the last record's entry are gone; it is indexed again from 100.
     assert again.index_count == 5 and again.end_phy_offset == 100
     again.close()
+
+
+def _query_repeatedly(service, total: int, ts: int, started, results: list,
+                      errors: list) -> None:
+    started.set()
+    try:
+        for _ in range(20):  # bounded
+            results.append(service.query("T", "k", total, 0, ts + 1000))
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_a_query_racing_retention_gets_entries_or_nothing_never_an_unmapped_file(tmp_path):
+    """Retention deletes index files while a thread walks long chains of one key in them: the
+    query holds the file it reads, so it finds the entries or, once a file is gone, none,
+    and never reads a mapping released under it; the files are closed once it lets go."""
+    import threading
+
+    from rocketq.store.index import Index
+
+    per_file = 3000
+    ts = 1_700_000_000_000
+    for round_ in range(12):  # bounded: 12 deletions raced
+        service = Index(str(tmp_path / f"index{round_}"), 16, per_file + 1)
+        service.load()
+        total = 3 * per_file
+        service.put_many([b"T#k"] * total, list(range(total)), [ts] * total)
+        assert len(service.files) == 3
+        first_two = [f.file for f in service.files[:2]]
+        errors: list[BaseException] = []
+        results: list[list[int]] = []
+        started = threading.Event()
+
+        reader = threading.Thread(target=_query_repeatedly,
+                                  args=(service, total, ts, started, results, errors))
+        reader.start()
+        started.wait(5)
+        time.sleep(0.002 * (round_ % 4))
+        assert service.delete_before(2 * per_file) == 2
+        reader.join(30)
+        assert not reader.is_alive()
+        assert not errors, repr(errors[0])
+        for found in results:
+            # Newest first: the last file's entries always, then those of the files the
+            # query held (a file deleted before its walk began gives none).
+            assert found[:per_file] == list(range(total - 1, 2 * per_file - 1, -1))
+            assert found == list(range(total - 1, total - 1 - len(found), -1))
+        service.close()
+        assert all(f.fd < 0 for f in first_two)  # closed once the query let go
