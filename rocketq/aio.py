@@ -10,7 +10,7 @@ Every name of ``rocketq`` is here too: the six client classes are their asyncio 
 everything else (messages, errors, selectors, allocation strategies) is the same object.
 """
 
-from . import __version__
+from ._version import __version__
 from .client import (
     AllocateAveragely,
     AllocateAveragelyByCircle,

@@ -13,8 +13,9 @@ PACKAGE = ROOT / "rocketq"
 #: Top-level modules that belong to the package itself, importable from every layer:
 #: ``errors`` holds ClientError, the root of the remoting layer's and the client's errors;
 #: ``dirlock`` the data-directory lock that the store and the controller both take; ``asgi``
-#: the HTTP server the dashboard and the metrics port share.
-TOP_LEVEL = {"errors", "dirlock", "asgi"}
+#: the HTTP server the dashboard and the metrics port share; ``_version`` the version string
+#: that clients, the broker and the command line report.
+TOP_LEVEL = {"errors", "dirlock", "asgi", "_version"}
 
 #: What each layer may import of rocketq (besides itself and the top-level package).
 ALLOWED = {

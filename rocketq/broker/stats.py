@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
-from .. import __version__
+from .._version import __version__
 from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
 from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
 from ..protocol.version import version_name

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 
 log = logging.getLogger("rocketq")
 

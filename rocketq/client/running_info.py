@@ -21,7 +21,7 @@ import time
 import traceback
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..protocol import fastjson
 from .message import MessageQueue, ReceivedMessage
 
