@@ -63,7 +63,7 @@ from .config import (
 )
 from .offsets import ConsumerOffsets
 from .stats import Stats
-from .stats_items import BROKER_KEY, BROKER_WIDE
+from .stats.stats_items import BROKER_KEY, BROKER_WIDE
 from .topics import TopicConfigError, TopicTable, topic_config_from_request
 
 if TYPE_CHECKING:

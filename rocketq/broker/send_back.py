@@ -27,7 +27,7 @@ from ..store import MessageStoreConfig, StoreMessage
 from .config import BrokerConfig
 from .delay import to_schedule
 from .stats import Stats
-from .stats_items import SNDBCK_PUT_NUMS, topic_group_key
+from .stats.stats_items import SNDBCK_PUT_NUMS, topic_group_key
 from .subscription_groups import SubscriptionGroupTable
 from .topics import TopicTable
 

@@ -6,7 +6,7 @@ That exporter asks each master for its stats items and offsets and publishes the
 own labels (``cluster``, ``broker``, ``topic``, ``group``, ``brokerIP``); each rocketq broker
 publishes its own share of the same series. Rates are the exporter's: the last minute's
 ``tps`` of RocketMQ's stats items (``TOPIC_PUT_NUMS``, ``GROUP_GET_NUMS``, ...), from the
-windows the broker keeps for mqadmin's ``statsAll`` (``broker/stats_items.py``). A series the
+windows the broker keeps for mqadmin's ``statsAll`` (``broker/stats/stats_items.py``). A series the
 exporter computes cluster-wide (``rocketmq_group_diff``) is this broker's part here: sum it
 over brokers, as a dashboard does when it sums over instances.
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..broker.stats_items import (
+from ..broker.stats.stats_items import (
     BROKER_GET_NUMS,
     BROKER_KEY,
     BROKER_PUT_NUMS,

@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from rocketq.broker.stats import Stats
-from rocketq.broker.stats_items import DAY, HOUR, MINUTE
+from rocketq.broker.stats.stats_items import DAY, HOUR, MINUTE
 from rocketq.protocol import CURRENT_VERSION, fastjson
 from rocketq.protocol.codes import RequestCode as RC
 from rocketq.protocol.codes import ResponseCode

@@ -17,15 +17,15 @@ from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
-from .._version import __version__
-from ..protocol import CURRENT_VERSION, SCHEDULE_TOPIC
-from ..protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
-from ..protocol.version import version_name
-from ..store.retention import disk_space
+from ..._version import __version__
+from ...protocol import CURRENT_VERSION, SCHEDULE_TOPIC
+from ...protocol.message import STORE_TIMESTAMP, STORE_TIMESTAMP_POS
+from ...protocol.version import version_name
+from ...store.retention import disk_space
 from .stats_items import BrokerStatsItems
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
+    from ...store import MessageStore
 
 #: Seconds between samples, and how many are kept: enough for the 10-minute window.
 SAMPLE_INTERVAL = 1.0

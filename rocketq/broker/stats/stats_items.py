@@ -25,10 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from .stats import Stats
+from typing import Any, NamedTuple, Protocol
 
 # RocketMQ's stats names (org.apache.rocketmq.common.stats.Stats) that rocketq keeps.
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -118,10 +115,28 @@ class StatsItemSet:
         return Snapshot(grown, grown / elapsed if elapsed > 0 else 0.0, 0.0)
 
 
+class Counters(Protocol):
+    """The totals the windows are built from, as ``Stats`` keeps them (this module sits below
+    ``stats`` and knows only this shape of it)."""
+
+    @property
+    def put_by_topic(self) -> Mapping[str, int]: ...
+    @property
+    def put_bytes_by_topic(self) -> Mapping[str, int]: ...
+    @property
+    def get_by_topic_group(self) -> Mapping[tuple[str, str], int]: ...
+    @property
+    def get_bytes_by_topic_group(self) -> Mapping[tuple[str, str], int]: ...
+    @property
+    def put_total(self) -> int: ...
+    @property
+    def get_total(self) -> int: ...
+
+
 class BrokerStatsItems:
     """The stats items of a broker (BrokerStatsManager's statsTable), fed by ``sample``."""
 
-    def __init__(self, stats: Stats) -> None:
+    def __init__(self, stats: Counters) -> None:
         self.sets: dict[str, StatsItemSet] = {}
         self.last: float | None = None  # when the last sample was taken
         self._due: dict[Window, float] = {}
