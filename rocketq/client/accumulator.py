@@ -22,14 +22,11 @@ import asyncio
 import time
 from collections import deque
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..protocol import Property
 from .errors import BrokerError
 from .message import Message, MessageQueue, SendResult
-
-if TYPE_CHECKING:
-    from .producer import AsyncProducer
 
 #: Bytes a batch element adds to its body and properties (RocketMQ's batch encoding).
 ELEMENT_OVERHEAD = 22
@@ -56,10 +53,28 @@ class _Lane:
         self.timer: asyncio.Handle | None = None
 
 
+class Sender(Protocol):
+    """What the accumulator needs of its producer (``AsyncProducer``, which sits above this
+    module and builds it): one batch request, one message with the producer's retries, and
+    which refusals another attempt may pass."""
+
+    retries: int
+
+    async def _send_elements(self, topic: str, elements: list[tuple[int, bytes, bytes]],
+                             queue: MessageQueue | None, timeout: float) -> SendResult: ...
+
+    async def _send_prepared(self, message: Message, body: bytes, sysflag: int, props: str,
+                             queue: MessageQueue | None, selector: Any, arg: Any,
+                             timeout: float, retries: int, oneway: bool) -> SendResult: ...
+
+    @staticmethod
+    def _is_transient(exc: BrokerError) -> bool: ...
+
+
 class Accumulator:
     """Gathers a producer's batchable sends into batches and sends them."""
 
-    def __init__(self, producer: AsyncProducer, *, max_delay_ms: float, max_bytes: int,
+    def __init__(self, producer: Sender, *, max_delay_ms: float, max_bytes: int,
                  total_max_bytes: int) -> None:
         if max_delay_ms < 0 or max_bytes <= 0 or total_max_bytes < max_bytes:
             raise ValueError("need batch_max_delay_ms >= 0, batch_max_bytes > 0 and "

@@ -22,14 +22,12 @@ import importlib
 import mmap
 import os
 from array import array
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..protocol import SCHEDULE_TOPIC, TIMER_TOPIC
 from . import _encode, _records
-
-if TYPE_CHECKING:
-    from .dispatch import Dispatcher
 
 
 def _load(pure: ModuleType, compiled: str) -> ModuleType:
@@ -56,6 +54,30 @@ _RUN = _records.RUN_FIELDS
 #: :data:`_STRETCH` records at a time.
 _HANDED_IN_A_ROW = 4
 _STRETCH = 512
+
+
+class Dispatcher(Protocol):
+    """What the fast path reads and moves of the dispatcher that drives it (``dispatch``,
+    which sits above the encoders here and the CommitLog that uses them): its CommitLog and
+    index (``Any``: they are above this module), its offsets, and the reference loop it hands
+    records to."""
+
+    commitlog: Any
+    index: Any
+    reput_offset: int
+    bad_record_at: int | None
+    indexed_to: int
+    rewrite_units: bool
+    topic_names: dict[bytes, str]
+    get_queue: Callable[[str, int], Any]
+
+    def run_python(self, end: int, index_from: int = -1, limit: int = 8192, *,
+                   validate: bool = False) -> tuple[int, dict[tuple[str, int], int]]: ...
+
+    def write_index(self, hashes: Sequence[int], offsets: Sequence[int],
+                    times: Sequence[int], n: int, offset: int, put: Callable) -> None: ...
+
+    def make_index_spare(self) -> None: ...
 
 
 class CompiledDispatch:
