@@ -93,5 +93,27 @@ def check_namesrv(namesrv: Any) -> list[str]:
     return addrs
 
 
-__all__ = ["GROUP_MAX_LENGTH", "address_problem", "check_group", "check_namesrv", "check_type",
-           "type_name"]
+#: The starting positions a consumer takes, and their names in RocketMQ's ConsumeFromWhere.
+FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
+              "timestamp": "CONSUME_FROM_TIMESTAMP"}
+#: Other spellings of the starting positions (Kafka's and Spark's), accepted everywhere a
+#: starting position is: the client's ``from_where`` and the Spark options alike.
+FROM_WHERE_ALIASES = {"earliest": "first", "latest": "last"}
+#: The message models, and their names in RocketMQ's MessageModel.
+MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
+
+
+def starting_position(value: str, option: str = "from_where") -> str:
+    """``"first"``, ``"last"`` or ``"timestamp"`` for ``value``, which may also say
+    ``"earliest"`` (first) or ``"latest"`` (last), in any case. Raises ValueError naming
+    ``option`` and the accepted values for anything else."""
+    word = value.strip().lower() if isinstance(value, str) else value
+    word = FROM_WHERE_ALIASES.get(word, word)
+    if word not in FROM_WHERE:
+        raise InvalidArgumentError(f"{option} must be 'first' (or 'earliest'), 'last' "
+                                   f"(or 'latest') or 'timestamp', not {value!r}")
+    return word
+
+
+__all__ = ["FROM_WHERE", "FROM_WHERE_ALIASES", "GROUP_MAX_LENGTH", "MODELS", "address_problem",
+           "check_group", "check_namesrv", "check_type", "starting_position", "type_name"]

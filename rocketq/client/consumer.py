@@ -26,7 +26,7 @@ from ..protocol import (
 from ..protocol.filter import Subscription
 from ..remoting import RemotingError, cancel_tasks
 from .allocate import STRATEGIES, AllocateAveragely, AllocateStrategy
-from .checks import check_group
+from .checks import FROM_WHERE, MODELS, check_group, starting_position
 from .consumer_calls import serve_consumer_calls, stop_consumer_calls
 from .errors import ClientError, InvalidArgumentError, NameServerError
 from .instance import ClientInstance
@@ -36,12 +36,6 @@ from .rebalance import apply_share
 
 log = logging.getLogger("rocketq.client")
 
-FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
-              "timestamp": "CONSUME_FROM_TIMESTAMP"}
-#: Other spellings of the starting positions (Kafka's and Spark's), accepted everywhere a
-#: starting position is: the client's ``from_where`` and the Spark options alike.
-FROM_WHERE_ALIASES = {"earliest": "first", "latest": "last"}
-MODELS = {"clustering": "CLUSTERING", "broadcasting": "BROADCASTING"}
 #: Seconds between looks for a subscribed topic without a route (a topic the first send will
 #: create, the group's retry topic the broker creates at the first heartbeat) while it has
 #: been missing for less than MISSING_ROUTE_FAST_PERIOD seconds; after that the wait doubles
@@ -53,18 +47,6 @@ MISSING_ROUTE_MAX_RETRY = 5.0
 #: the wait, up to NAMESRV_MAX_RETRY, and logs a warning naming the addresses.
 NAMESRV_RETRY = 1.0
 NAMESRV_MAX_RETRY = 30.0
-
-
-def starting_position(value: str, option: str = "from_where") -> str:
-    """``"first"``, ``"last"`` or ``"timestamp"`` for ``value``, which may also say
-    ``"earliest"`` (first) or ``"latest"`` (last), in any case. Raises ValueError naming
-    ``option`` and the accepted values for anything else."""
-    word = value.strip().lower() if isinstance(value, str) else value
-    word = FROM_WHERE_ALIASES.get(word, word)
-    if word not in FROM_WHERE:
-        raise InvalidArgumentError(f"{option} must be 'first' (or 'earliest'), 'last' "
-                                   f"(or 'latest') or 'timestamp', not {value!r}")
-    return word
 
 
 def pull_request(group: str, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription,

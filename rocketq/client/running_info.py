@@ -23,6 +23,8 @@ from typing import Any
 
 from .._version import __version__
 from ..protocol import fastjson
+from .checks import FROM_WHERE, MODELS
+from .consume_service import ConsumeResult
 from .message import MessageQueue, ReceivedMessage
 
 PROP_NAMESERVER_ADDR = "PROP_NAMESERVER_ADDR"
@@ -46,8 +48,6 @@ CR_RETURN_NULL = "CR_RETURN_NULL"
 
 def _properties(consumer: Any) -> dict[str, str]:
     """The consumer's settings under the Java consumer's property names, and the PROP_*."""
-    from .consumer import FROM_WHERE, MODELS
-
     instance = consumer.instance
     props: dict[str, Any] = {
         "consumerGroup": consumer.group,
@@ -168,8 +168,6 @@ async def consume_message_directly(consumer: Any, message: ReceivedMessage) -> b
 
     A listener returning None has consumed the message (rocketq's listener contract), so that
     is CR_SUCCESS; CR_RETURN_NULL is kept for a value that is not a ConsumeResult at all."""
-    from .push import ConsumeResult
-
     listener = consumer.listener
     begin = time.monotonic()
     remark = None
