@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import JAVA_INT_MAX, Perm
+from ..protocol import Perm
 from ..store.config import (
     RENAMED_KEYS,
     MessageStoreConfig,
@@ -20,6 +20,7 @@ from ..store.config import (
     with_renamed_keys,
 )
 from .files import write_atomically
+from .runtime_keys import RUNTIME_KEYS
 from .unheeded_security import refuse_unheeded
 
 
@@ -230,53 +231,6 @@ def nearest_key(key: str, known: Iterable[str]) -> str | None:
 #: Where the changes made with UPDATE_BROKER_CONFIG are kept, under ``storePathRootDir``. At
 #: start they are applied over the ``broker.conf`` values, so a change survives a restart.
 OVERRIDES_FILE = os.path.join("config", "broker.properties")
-
-
-#: The keys UPDATE_BROKER_CONFIG may change while the broker runs, with the range an integer's
-#: value must be in (None for a boolean or a string checked on its own). Each is read where it
-#: is used on every use, or taken up at once by the broker when it changes (brokerPermission,
-#: autoCreateTopicEnable, maxMessageSize, syncFlushTimeout). Every other key is read once, at
-#: start, and is refused. Times are in milliseconds unless said otherwise.
-RUNTIME_KEYS: dict[str, tuple[int, int] | None] = {
-    # BrokerConfig
-    "brokerPermission": (0, 7),  # PermName.isValid: 0 <= perm < Perm.PRIORITY (8)
-    # Read at each registration; the broker registers with the new list at once. RocketMQ
-    # takes it up too (BrokerController re-reads namesrvAddr every 2 minutes). A NameServer
-    # left out forgets the broker when its registration expires, as in RocketMQ.
-    "namesrvAddr": None,
-    "autoCreateTopicEnable": None,
-    # Read on each heartbeat and pull that meets an unknown group (subscription_groups.py).
-    "autoCreateSubscriptionGroup": None,
-    "enablePropertyFilter": None,
-    "longPollingEnable": None,
-    "shortPollingTimeMills": (1, JAVA_INT_MAX),
-    "flushConsumerOffsetInterval": (1, JAVA_INT_MAX),
-    "transactionTimeOut": (0, JAVA_INT_MAX),
-    "transactionCheckMax": (0, JAVA_INT_MAX),
-    "transactionCheckInterval": (1, JAVA_INT_MAX),
-    "registerNameServerPeriod": (1, JAVA_INT_MAX),
-    "registerBrokerTimeoutMills": (1, JAVA_INT_MAX),
-    "channelExpiredTimeout": (1, JAVA_INT_MAX),
-    "timerMaxDelaySec": (1, JAVA_INT_MAX),
-    # BrokerConfig and MessageStoreConfig
-    "maxMessageSize": (1, JAVA_INT_MAX),
-    # MessageStoreConfig
-    "flushIntervalCommitLog": (1, JAVA_INT_MAX),
-    "flushIntervalConsumeQueue": (1, JAVA_INT_MAX),
-    "syncFlushTimeout": (1, JAVA_INT_MAX),
-    "fileReservedTime": (1, JAVA_INT_MAX),  # hours
-    "deleteWhen": None,  # hours of the day, 0..23, ';'-separated
-    # RocketMQ's getter keeps diskMaxUsedSpaceRatio within 10..95; here a value outside it
-    # is refused instead of silently meaning another.
-    "diskMaxUsedSpaceRatio": (10, 95),
-    "diskSpaceCleanForciblyRatio": (10, 95),
-    "diskSpaceWarningLevelRatio": (10, 99),
-    "cleanFileForciblyEnable": None,
-    "deleteFileBatchMax": (1, JAVA_INT_MAX),
-    "cleanResourceInterval": (1, JAVA_INT_MAX),
-    "maxTransferBytesOnMessageInMemory": (1, JAVA_INT_MAX),
-    "maxMsgsNumBatch": (1, JAVA_INT_MAX),
-}
 
 
 class ConfigUpdateError(ValueError):

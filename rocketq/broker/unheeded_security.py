@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .runtime_keys import RUNTIME_KEYS
+
 
 def _true(value: str, _: Mapping[str, Any]) -> bool:
     """Java's Boolean.parseBoolean: "true" in any case, anything else false."""
@@ -41,8 +43,6 @@ def _set(value: str, _: Mapping[str, Any]) -> bool:
 
 
 def _runtime_key_blocked(value: str, _: Mapping[str, Any]) -> bool:
-    from .config import RUNTIME_KEYS
-
     return any(key.strip() in RUNTIME_KEYS for key in value.split(";"))
 
 
