@@ -7,6 +7,8 @@ import ast
 import pathlib
 import re
 
+from .test_import_cycles import all_modules, imports_of
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rocketq"
 
@@ -70,6 +72,72 @@ def test_layers_import_only_downwards():
             if extra:
                 wrong.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
     assert not wrong, "\n".join(wrong)
+
+
+#: The last paragraph of a broker room's docstring: what of rocketq the room may import.
+MAY_IMPORT = re.compile(r"May import: ([a-z_]+(?:\.[a-z_]+)*(?:, [a-z_]+(?:\.[a-z_]+)*)*)\.")
+
+
+def rooms() -> list[pathlib.Path]:
+    """The sub-packages of ``rocketq/broker/`` (each a room for one of RocketMQ's concepts),
+    nested ones included."""
+    return sorted(init.parent for init in (PACKAGE / "broker").rglob("__init__.py")
+                  if init.parent != PACKAGE / "broker")
+
+
+def may_import(room: pathlib.Path) -> list[str] | None:
+    """The names the last paragraph of ``room``'s docstring lists (``May import: protocol,
+    store, broker.topics.``, dotted from ``rocketq``; it may wrap), or None without one."""
+    doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text())) or ""
+    last = " ".join(doc.strip().split("\n\n")[-1].split())
+    match = MAY_IMPORT.fullmatch(last)
+    return match.group(1).split(", ") if match else None
+
+
+def test_each_broker_room_imports_only_what_its_docstring_says():
+    """Every module of a broker sub-package imports of rocketq only its own room, the
+    top-level modules every layer may use, and what the room's ``May import:`` line names
+    (a name allows what is under it: ``store`` allows ``store.config``). A room without the
+    line, or naming what does not exist, fails; two rooms that may import each other fail,
+    since then neither is below the other."""
+    modules = all_modules()
+    known = {name.removeprefix("rocketq.") for name in modules}
+    wrong, allowed_by_room = [], {}
+    for room in rooms():
+        name = ".".join(room.relative_to(PACKAGE).parts)
+        allowed = may_import(room)
+        if allowed is None:
+            wrong.append(f"{name}: its docstring's last paragraph is not 'May import: a, b.'")
+            continue
+        wrong += [f"{name}: 'May import' names {a}, which is no module or package of rocketq"
+                  for a in allowed if a not in known]
+        allowed_by_room[name] = allowed
+        permitted = [*allowed, name, *TOP_LEVEL]
+        for path in sorted(room.rglob("*.py")):
+            module = f"rocketq.{'.'.join(path.relative_to(PACKAGE).with_suffix('').parts)}"
+            module = module.removesuffix(".__init__")
+            for target in sorted(imports_of(module, path, modules)):
+                target = target.removeprefix("rocketq.")
+                if target == "rocketq" or not any(
+                        target == a or target.startswith(a + ".") for a in permitted):
+                    wrong.append(f"{path.relative_to(ROOT)} imports {target}, which {name}'s "
+                                 "'May import' does not list")
+    for name, allowed in allowed_by_room.items():
+        for other, theirs in allowed_by_room.items():
+            if name < other and any(a == other or a.startswith(other + ".") for a in allowed) \
+                    and any(a == name or a.startswith(name + ".") for a in theirs):
+                wrong.append(f"{name} and {other} may import each other: one must be below")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_room_check_reads_may_import_lines(tmp_path):
+    room = tmp_path / "pop"
+    room.mkdir()
+    (room / "__init__.py").write_text(
+        '"""POP.\n\nMay import: protocol, store,\nbroker.topics.\n"""\n')
+    assert may_import(room) == ["protocol", "store", "broker.topics"]
+    (room / "__init__.py").write_text('"""POP, with no line."""\n')
+    assert may_import(room) is None
 
 
 def test_every_file_the_map_names_exists():
