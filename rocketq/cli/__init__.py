@@ -6,6 +6,13 @@
     rocketq admin topic list --namesrv 127.0.0.1:9876
     rocketq bench produce --start-broker --mode async --count 100000
     rocketq dashboard --namesrv 127.0.0.1:9876 --port 8080
+
+Each command group is a module of its own that adds its sub-parser and holds its run
+function: ``namesrv.py``, ``controller.py``, ``broker.py``, ``standalone.py``,
+``cluster.py``, ``admin/`` (one module per noun), ``bench.py``, ``dashboard.py``; what they
+share is in ``common.py`` (and the metrics options in ``metrics.py``). This module holds the
+top-level parser that registers them, and ``main``, which runs the chosen command and turns
+its failure into an exit code and a one-line error.
 """
 
 from __future__ import annotations
@@ -23,8 +30,6 @@ from .standalone import add_standalone_parser, spawn_standalone
 
 __all__ = ["build_parser", "main", "spawn_standalone"]
 
-log = logging.getLogger("rocketq")
-
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
@@ -33,6 +38,14 @@ def _setup_logging(level: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``rocketq`` parser: the global options, then each command group, in the order
+    ``rocketq --help`` lists them."""
+    # Imported here, not above: they load the client (and bench numpy), which a program that
+    # only wants spawn_standalone from this package does not need.
+    from .admin import add_admin_parser
+    from .bench import add_bench_parser
+    from .cluster import add_cluster_parser
+    from .dashboard import add_dashboard_parser
 
     parser = Parser(
         prog="rocketq", description="rocketq: a RocketMQ-compatible message queue in Python.")
@@ -42,22 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default INFO for servers, WARNING for admin")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    add_namesrv_parser(sub)
-
-    add_controller_parser(sub)
-
-    add_broker_parser(sub)
-
-    add_standalone_parser(sub)
-    from .admin import add_admin_parser
-    from .bench import add_bench_parser
-    from .cluster import add_cluster_parser
-    from .dashboard import add_dashboard_parser
-
-    add_cluster_parser(sub)
-    add_admin_parser(sub)
-    add_bench_parser(sub)
-    add_dashboard_parser(sub)
+    for add_group in (add_namesrv_parser, add_controller_parser, add_broker_parser,
+                      add_standalone_parser, add_cluster_parser, add_admin_parser,
+                      add_bench_parser, add_dashboard_parser):
+        add_group(sub)
     return parser
 
 

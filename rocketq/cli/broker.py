@@ -165,6 +165,7 @@ def broker_options(p: argparse.ArgumentParser, standalone: bool) -> None:
 
 
 def add_broker_parser(sub: argparse._SubParsersAction) -> None:
+    """``rocketq broker``: one Broker, from a broker.conf and the options above."""
     p = sub.add_parser("broker", help="run a Broker")
     broker_options(p, standalone=False)
     p.set_defaults(func=_run_broker)

@@ -60,7 +60,6 @@ def _listening(role: str) -> Iterator[None]:
             from None
 
 
-
 def _stop_on_signal() -> asyncio.Event:
     """An event set on SIGINT or SIGTERM (Ctrl-C, or a service manager stopping us). Made
     before a server says it is ready, so a signal right after that still stops it cleanly."""

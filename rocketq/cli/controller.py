@@ -13,6 +13,8 @@ as the other ports.
   them (port + 1) is encrypted and authenticated with it (pysyncobj's ``password``). Without
   it, a controller with an ACL derives the secret from the file's first admin account, so
   nodes with the same ACL file agree on it. etcd keeps its own security.
+
+It also holds the ``rocketq controller`` command: its parser and its run function.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
                 etcd: str | None, acl_file: str | None = None, tls_config: str | None = None,
                 secret_file: str | None = None) -> Any:
     """A controller node on Raft among ``peers`` (this node alone by default) or on etcd,
-    with the ACL, TLS and Raft secret of its options (see ``cli/controller.py``)."""
+    with the ACL, TLS and Raft secret of its options (see the module docstring)."""
     return build_controller(host, port, peers, data_dir, etcd,
                             controller_security(acl_file, tls_config, secret_file))
 
@@ -137,6 +139,7 @@ async def _run_controller(args: argparse.Namespace) -> None:
 
 
 def add_controller_parser(sub: argparse._SubParsersAction) -> None:
+    """``rocketq controller``: a controller node alone, on Raft or etcd."""
     from .metrics import metrics_options
 
     p = sub.add_parser("controller", help="run a controller node (automatic failover)")

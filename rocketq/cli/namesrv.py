@@ -63,6 +63,7 @@ async def _run_namesrv(args: argparse.Namespace) -> None:
 
 
 def add_namesrv_parser(sub: argparse._SubParsersAction) -> None:
+    """``rocketq namesrv``: a NameServer, and with ``--enable-controller`` a controller."""
     from .metrics import metrics_options
 
     p = sub.add_parser("namesrv", help="run a NameServer")

@@ -129,6 +129,7 @@ def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | N
 
 
 def add_standalone_parser(sub: argparse._SubParsersAction) -> None:
+    """``rocketq standalone``: the broker options, the NameServer's, slaves, the dashboard."""
     p = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
     p.add_argument("--data-dir", default="./rocketq-data", help="store root (default "
                                                                "./rocketq-data)")
