@@ -6,73 +6,29 @@
     rocketq admin topic list --namesrv 127.0.0.1:9876
     rocketq bench produce --start-broker --mode async --count 100000
     rocketq dashboard --namesrv 127.0.0.1:9876 --port 8080
+
+Each command group is a module of its own that adds its sub-parser and holds its run
+function: ``namesrv.py``, ``controller.py``, ``broker.py``, ``standalone.py``,
+``cluster.py``, ``admin/`` (one module per noun), ``bench.py``, ``dashboard.py``; what they
+share is in ``common.py`` (and the metrics options in ``metrics.py``). This module holds the
+top-level parser that registers them, and ``main``, which runs the chosen command and turns
+its failure into an exit code and a one-line error.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import errno
 import logging
-import os
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from typing import Any
 
 from .._version import __version__
+from .broker import add_broker_parser
+from .common import ListenError, Parser, failure_reason
+from .controller import add_controller_parser
+from .namesrv import add_namesrv_parser
+from .standalone import add_standalone_parser, spawn_standalone
 
-log = logging.getLogger("rocketq")
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Adds "(default: X)" to the help of an option whose default is worth telling (not None
-    or False) and whose help does not already name one, so every default shows in --help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help
-        default = action.default
-        if (not text or not action.option_strings or default is None or default is False
-                or default is argparse.SUPPRESS or "default" in text.lower()):
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """HelpFormatter that keeps a description's own line breaks (one with examples)."""
-
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose help shows defaults; its subcommands' parsers are Parsers too
-    (argparse makes them of the parent's class)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-
-class ListenError(OSError):
-    """A server of this process could not listen on its address: the message names the
-    server and the address."""
-
-
-@contextlib.contextmanager
-def _listening(role: str) -> Iterator[None]:
-    """Turn a bind failure while ``role`` starts into a ListenError that names ``role`` and
-    the address (the OSError's filename when the socket layer gives it)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
-            raise
-        where = f" on {exc.filename}" if exc.filename else ""
-        reason = (exc.strerror or str(exc)).lower()
-        hint = " (is another one running?)" if exc.errno == errno.EADDRINUSE else ""
-        raise ListenError(exc.errno, f"the {role} cannot listen{where}: {reason}{hint}") \
-            from None
+__all__ = ["build_parser", "main", "spawn_standalone"]
 
 
 def _setup_logging(level: str) -> None:
@@ -81,328 +37,15 @@ def _setup_logging(level: str) -> None:
                         stream=sys.stderr)
 
 
-def _stop_on_signal() -> asyncio.Event:
-    """An event set on SIGINT or SIGTERM (Ctrl-C, or a service manager stopping us). Made
-    before a server says it is ready, so a signal right after that still stops it cleanly."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    flush = getattr(args, "flush", None)
-    return {
-        "namesrvAddr": getattr(args, "namesrv", None),
-        "listenPort": getattr(args, "broker_port", None),
-        "grpcServerPort": getattr(args, "grpc_port", None),
-        # --enable-proxy, or a gRPC port named on the command line, turns gRPC on.
-        "enableProxy": True if getattr(args, "enable_proxy", False)
-        or getattr(args, "grpc_port", None) else None,
-        # --metrics-port turns the Prometheus exporter on, whatever the file says.
-        "metricsExporterType": "PROM" if getattr(args, "metrics_port", None) is not None
-        else None,
-        "metricsPromExporterPort": getattr(args, "metrics_port", None),
-        "metricsPromExporterHost": getattr(args, "metrics_host", None),
-        "brokerName": getattr(args, "broker_name", None),
-        "brokerClusterName": getattr(args, "cluster", None),
-        "storePathRootDir": getattr(args, "data_dir", None),
-        "brokerIP1": getattr(args, "broker_ip", None),
-        "flushDiskType": {"async": "ASYNC_FLUSH", "sync": "SYNC_FLUSH"}.get(flush or "", None),
-        # Naming an ACL file turns the ACL on, as aclEnable=true does.
-        "aclFile": getattr(args, "acl_file", None),
-        "aclEnable": True if getattr(args, "acl_file", None) else None,
-    }
-
-
-def _grpc_port_default(args: argparse.Namespace, config: Any) -> None:
-    """``ROCKETQ_GRPC_PORT`` sets the gRPC port when neither ``--grpc-port`` nor the
-    broker.conf does (a test run, say, sets it to 0 for every broker it starts)."""
-    from ..store.config import read_properties
-
-    if getattr(args, "grpc_port", None) is not None:
-        return
-    env = os.environ.get("ROCKETQ_GRPC_PORT", "").strip()
-    if not env:
-        return
-    if args.config and "grpcServerPort" in dict(read_properties(args.config)):
-        return
-    try:
-        config.grpcServerPort = int(env)
-    except ValueError:
-        raise ValueError(f"ROCKETQ_GRPC_PORT must be a port number, not {env!r}") from None
-
-
-def _grpc_opt_in(args: argparse.Namespace, config: Any) -> None:
-    """``rocketq broker`` serves gRPC only when asked (``enableProxy``, ``--enable-proxy`` or
-    a non-zero ``--grpc-port``), as RocketMQ's ``mqbroker`` opens no gRPC port without
-    ``--enable-proxy``: a master and a slave from plain 4.x broker.conf files then share a
-    host. Off, ``grpcServerPort`` becomes 0, which GET_BROKER_CONFIG tells other brokers."""
-    from ..store.config import read_properties
-
-    if config.enableProxy:
-        return
-    if (config.grpcServerPort and args.config
-            and "grpcServerPort" in dict(read_properties(args.config))):
-        log.warning("grpcServerPort=%d in %s, but gRPC is off: add enableProxy=true (or "
-                    "--enable-proxy) to serve RocketMQ 5.x clients", config.grpcServerPort,
-                    args.config)
-    config.grpcServerPort = 0
-
-
-async def _serve_grpc(broker: Any) -> Any:
-    """The broker's gRPC port for RocketMQ 5.x clients, unless ``grpcServerPort`` is 0; on
-    failure the broker is stopped again."""
-    if not broker.config.grpcServerPort:
-        return None
-    from ..grpc import GrpcServer
-
-    server = GrpcServer(broker)
-    try:
-        with _listening("broker"):
-            await server.start()
-    except BaseException:
-        await broker.stop()
-        raise
-    return server
-
-
-def _grpc_note(server: Any) -> str:
-    return f", gRPC {server.host}:{server.port}" if server is not None else ""
-
-
-def _report_unknown_keys(args: argparse.Namespace, unknown: dict[str, str]) -> None:
-    """Warn once for each key of the broker.conf that rocketq does not read, naming what it
-    is or the nearest known key, so that a misspelt setting does not pass unnoticed."""
-    from ..broker.config import unknown_key_warnings
-
-    for line in unknown_key_warnings(unknown, args.config or "broker.conf"):
-        log.warning("%s", line)
-
-
-def _namesrv_security(args: argparse.Namespace) -> dict[str, Any]:
-    """A NameServer's ACL file and TLS settings from ``--acl-file`` and ``--tls-config``."""
-    from ..broker.unheeded_security import refuse_unheeded
-    from ..remoting import TlsSettings
-    from ..store.config import read_properties
-
-    tls = None
-    if args.tls_config:
-        values = dict(read_properties(args.tls_config))
-        try:
-            refuse_unheeded(values)
-        except ValueError as exc:
-            raise ValueError(f"{args.tls_config}: {exc}") from None
-        tls = TlsSettings.from_config(values)
-    return {"acl_file": args.acl_file, "tls": tls}
-
-
-async def _run_namesrv(args: argparse.Namespace) -> None:
-    from ..namesrv import NameServer
-    from .metrics import _metrics_note, _serve_metrics, _stop_all
-
-    stop = _stop_on_signal()
-    ns = NameServer(args.host, args.port, **_namesrv_security(args))
-    controller = None
-    if args.enable_controller:  # RocketMQ's enableControllerInNamesrv
-        # The controller first: its data directory's lock refuses a second node before
-        # anything of this one listens.
-        # It shares the NameServer's ACL file and TLS settings.
-        controller = _controller(args.host, args.controller_port, args.controller_peers,
-                                 args.controller_data_dir, args.etcd, args.acl_file,
-                                 args.tls_config, args.controller_secret_file)
-        with _listening("controller"):
-            await controller.start()
-    try:
-        with _listening("NameServer"):
-            await ns.start()
-    except BaseException:
-        await _stop_all(controller)
-        raise
-    try:
-        metrics = await _serve_metrics(args.metrics_host or args.host, args.metrics_port,
-                                       namesrv=ns, controller=controller)
-    except BaseException:
-        await _stop_all(controller, ns)
-        raise
-    print(f"NameServer listening on {ns.address}"
-          + (f", controller on {controller.address}" if controller else "")
-          + _metrics_note(metrics), flush=True)
-    await stop.wait()
-    await _stop_all(metrics, controller, ns)
-
-
-def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
-                etcd: str | None, acl_file: str | None = None, tls_config: str | None = None,
-                secret_file: str | None = None) -> Any:
-    """A controller node on Raft among ``peers`` (this node alone by default) or on etcd,
-    with the ACL, TLS and Raft secret of its options (see ``cli/controller.py``)."""
-    from .controller import build_controller, controller_security
-
-    return build_controller(host, port, peers, data_dir, etcd,
-                            controller_security(acl_file, tls_config, secret_file))
-
-
-async def _run_controller(args: argparse.Namespace) -> None:
-    from .metrics import _metrics_note, _serve_metrics, _stop_all
-
-    stop = _stop_on_signal()
-    controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd,
-                             args.acl_file, args.tls_config, args.secret_file)
-    with _listening("controller"):
-        await controller.start()
-    try:
-        metrics = await _serve_metrics(args.metrics_host or args.host, args.metrics_port,
-                                       controller=controller)
-    except BaseException:
-        await controller.stop()
-        raise
-    how = f"etcd {args.etcd}" if args.etcd else f"Raft peers: {args.peers or 'none'}"
-    print(f"Controller listening on {controller.address} ({how}){_metrics_note(metrics)}",
-          flush=True)
-    await stop.wait()
-    await _stop_all(metrics, controller)
-
-
-async def _run_broker(args: argparse.Namespace) -> None:
-    from ..broker import Broker, load_broker_conf
-    from ..store.lock import StoreLock
-    from .metrics import _broker_metrics, _metrics_note, _serve_metrics, _stop_all
-
-    stop = _stop_on_signal()
-    config, store_config = load_broker_conf(args.config, **_broker_overrides(args))
-    _grpc_port_default(args, config)
-    _grpc_opt_in(args, config)
-    # Before the broker reads its config directory, binds or registers: a second broker on a
-    # store in use stops here (StoreLockedError), and the first one goes on undisturbed.
-    lock = StoreLock.acquire(store_config.storePathRootDir, f"rocketq broker "
-                             f"{config.brokerName} (starting)")
-    broker = Broker(config, store_config, store_lock=lock)
-    _report_unknown_keys(args, broker.config.unknown)
-    with _listening("broker"):
-        await broker.start()
-    grpc = await _serve_grpc(broker)
-    try:
-        metrics = await _serve_metrics(*_broker_metrics(broker.config), brokers=(broker,))
-    except BaseException:
-        await _stop_all(grpc, broker)
-        raise
-    print(f"Broker {broker.config.brokerName} listening on {broker.address}"
-          f"{_grpc_note(grpc)}{_metrics_note(metrics)} (NameServer "
-          f"{broker.config.namesrvAddr})", flush=True)
-    await stop.wait()
-    await _stop_all(metrics, grpc, broker)
-
-
-async def _run_standalone(args: argparse.Namespace) -> None:
-    from ..broker import Broker, load_broker_conf
-    from ..broker.security import acl_file, tls_settings
-    from ..namesrv import NameServer
-    from ..store.lock import StoreLock
-    from .metrics import _broker_metrics, _metrics_note, _serve_metrics, _stop_all
-
-    stop = _stop_on_signal()
-    overrides = _broker_overrides(args)
-    overrides["storePathRootDir"] = os.path.abspath(args.data_dir)
-    if args.slaves:
-        overrides["brokerRole"] = "SYNC_MASTER" if args.sync_master else "ASYNC_MASTER"
-    config, store_config = load_broker_conf(args.config, **overrides)
-    _grpc_port_default(args, config)
-    if args.dashboard_port is not None:  # with the ACL on, the dashboard needs its logins
-        from .dashboard import refuse_unguarded
-
-        refuse_unguarded(config.aclEnable, args.dashboard_users, "--dashboard-users")
-    # The store's lock before anything listens: a second standalone on the same data
-    # directory (the default one, say) stops here, and the first one goes on undisturbed.
-    lock = StoreLock.acquire(store_config.storePathRootDir,
-                             f"rocketq standalone {config.brokerName} (starting)")
-    _report_unknown_keys(args, config.unknown)  # once: the slaves read the same file
-    # The NameServer shares the broker's accounts and TLS settings.
-    ns = NameServer(args.host, args.namesrv_port, tls=tls_settings(config), acl_file=acl_file(
-        config, os.path.join(store_config.storePathRootDir, "config"))
-        if config.aclEnable else None)
-    with _listening("NameServer"):
-        await ns.start()
-    overrides["namesrvAddr"] = config.namesrvAddr = ns.address
-    broker = Broker(config, store_config, store_lock=lock)
-    with _listening("broker"):
-        await broker.start()
-    try:
-        grpc = await _serve_grpc(broker)
-    except BaseException:
-        await ns.stop()
-        raise
-    try:
-        # One port for the process: the NameServer and the master (not the slaves: they
-        # share the master's labels, and its replication metrics cover them).
-        metrics = await _serve_metrics(*_broker_metrics(broker.config), brokers=(broker,),
-                                       namesrv=ns)
-    except BaseException:
-        await _stop_all(grpc, broker, ns)
-        raise
-    brokers = [broker]
-    dashboard = None
-    print(f"rocketq {__version__} standalone: NameServer {ns.address}, Broker "
-          f"{broker.config.brokerName} {broker.address}{_grpc_note(grpc)}, data in "
-          f"{broker.store_config.storePathRootDir}{_metrics_note(metrics)}", flush=True)
-    try:
-        for i in range(1, args.slaves + 1):
-            # Each slave: its own store beside the master's, its own ports, the master's name.
-            slave_overrides = {
-                **overrides, "brokerRole": "SLAVE", "brokerId": i,
-                "storePathRootDir": os.path.join(overrides["storePathRootDir"], f"slave-{i}"),
-                "listenPort": 0, "grpcServerPort": 0,
-                "haMasterAddress": broker.ha_server.address if broker.ha_server else None}
-            slave = Broker(*load_broker_conf(args.config, **slave_overrides))
-            with _listening(f"slave {i}"):
-                await slave.start()
-            brokers.append(slave)
-            print(f"slave {i} of {broker.config.brokerName}: {slave.address}, data in "
-                  f"{slave.store_config.storePathRootDir}", flush=True)
-        from .dashboard import start_for_standalone
-
-        dashboard = await start_for_standalone(args, broker, ns.address)
-        print(f"connect clients with namesrv=\"{ns.address}\"; Ctrl-C stops", flush=True)
-        await stop.wait()
-        print("stopping...", flush=True)
-    finally:
-        # Each part stops even when one before it fails (the dashboard's, say).
-        await _stop_all(dashboard, metrics, grpc, *reversed(brokers), ns)
-
-
-def spawn_standalone(data_dir: str, *, flush: str | None = None, config: str | None = None,
-                     log_level: str = "WARNING", timeout: float = 30,
-                     extra: list[str] | None = None, grpc_port: int = 0
-                     ) -> tuple[subprocess.Popen[str], str]:
-    """Start ``rocketq standalone`` in a child process on free ports, with its store in
-    ``data_dir`` (and ``flush`` mode, ``config`` broker.conf, a gRPC port when
-    ``grpc_port`` is not 0); return the process and its NameServer address once it serves.
-    Stop it with ``terminate()``."""
-    argv = [sys.executable, "-m", "rocketq.cli", "--log-level", log_level, "standalone",
-            "--data-dir", data_dir, "--namesrv-port", "0", "--broker-port", "0",
-            "--grpc-port", str(grpc_port)]
-    if flush:
-        argv += ["--flush", flush]
-    if config:
-        argv += ["-c", config]
-    argv += extra or []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if 'namesrv="' in line:
-            return proc, line.split('namesrv="', 1)[1].split('"', 1)[0]
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    proc.wait()
-    raise RuntimeError("the standalone broker did not start")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from .metrics import metrics_options
+    """The ``rocketq`` parser: the global options, then each command group, in the order
+    ``rocketq --help`` lists them."""
+    # Imported here, not above: they load the client (and bench numpy), which a program that
+    # only wants spawn_standalone from this package does not need.
+    from .admin import add_admin_parser
+    from .bench import add_bench_parser
+    from .cluster import add_cluster_parser
+    from .dashboard import add_dashboard_parser
 
     parser = Parser(
         prog="rocketq", description="rocketq: a RocketMQ-compatible message queue in Python.")
@@ -412,107 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default INFO for servers, WARNING for admin")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("namesrv", help="run a NameServer")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=9876, help="port to listen on")
-    p.add_argument("--acl-file", metavar="PATH",
-                   help="check requests against this plain_acl.yml (reloaded on change)")
-    p.add_argument("--tls-config", metavar="FILE",
-                   help="a properties file with tlsMode and RocketMQ's tls.server.* keys")
-    p.add_argument("--enable-controller", action="store_true",
-                   help="also run a controller node in this process "
-                        "(RocketMQ's enableControllerInNamesrv)")
-    p.add_argument("--controller-port", type=int, default=9878,
-                   help="with --enable-controller: its request port (Raft uses the next)")
-    p.add_argument("--controller-peers", help="with --enable-controller: every controller "
-                                              "node's host:port, ','-separated")
-    p.add_argument("--controller-data-dir", help="with --enable-controller: the Raft journal")
-    p.add_argument("--etcd", metavar="URL", help="with --enable-controller: keep the state in "
-                                                 "etcd instead of Raft")
-    p.add_argument("--controller-secret-file", metavar="FILE",
-                   help="with --enable-controller: a secret every controller node shares, "
-                        "encrypting Raft between them (default with --acl-file: derived from "
-                        "its first admin account)")
-    metrics_options(p, "--host")
-    p.set_defaults(func=_run_namesrv)
-
-    p = sub.add_parser("controller", help="run a controller node (automatic failover)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=9878,
-                   help="request port (default 9878); Raft uses the next one")
-    p.add_argument("--peers", help="every controller node's host:port, ','-separated, this "
-                                   "one included (default: this node alone)")
-    p.add_argument("--data-dir", help="keep the Raft journal here (default: in memory)")
-    p.add_argument("--etcd", metavar="URL",
-                   help="keep the state in etcd (e.g. http://127.0.0.1:2379) instead of Raft "
-                        "among the controllers")
-    p.add_argument("--acl-file", metavar="PATH",
-                   help="check requests against this plain_acl.yml (brokers sign theirs with "
-                        "an admin account; reloaded on change)")
-    p.add_argument("--tls-config", metavar="FILE",
-                   help="a properties file with tlsMode and RocketMQ's tls.server.* keys")
-    p.add_argument("--secret-file", metavar="FILE",
-                   help="a secret every controller node shares, encrypting Raft between them "
-                        "(default with --acl-file: derived from its first admin account)")
-    metrics_options(p, "--host")
-    p.set_defaults(func=_run_controller)
-
-    def broker_options(p: argparse.ArgumentParser, standalone: bool) -> None:
-        p.add_argument("-c", "--config", help="a RocketMQ-style broker.conf")
-        if not standalone:
-            p.add_argument("--namesrv", help="NameServer addresses (namesrvAddr), ';'-separated")
-            p.add_argument("--data-dir", help="store root (storePathRootDir)")
-        p.add_argument("--broker-port", type=int, help="listen port (listenPort, default 10911)")
-        if standalone:
-            p.add_argument("--grpc-port", type=int,
-                           help="the gRPC port for RocketMQ 5.x clients (grpcServerPort, "
-                                "default 8081, or ROCKETQ_GRPC_PORT; 0: none)")
-        else:
-            p.add_argument("--enable-proxy", action="store_true",
-                           help="serve RocketMQ 5.x clients over gRPC on grpcServerPort, as "
-                                "RocketMQ's mqbroker --enable-proxy (broker key enableProxy; "
-                                "default: off)")
-            p.add_argument("--grpc-port", type=int,
-                           help="the gRPC port for RocketMQ 5.x clients (grpcServerPort, "
-                                "default 8081, or ROCKETQ_GRPC_PORT; 0: none); a port given "
-                                "here turns gRPC on, as --enable-proxy does")
-        p.add_argument("--broker-name", help="brokerName (default broker-a)")
-        p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
-        p.add_argument("--broker-ip", help="address written into message ids (brokerIP1)")
-        p.add_argument("--flush", choices=["async", "sync"], help="flushDiskType")
-        p.add_argument("--acl-file", metavar="PATH",
-                       help="check requests against this plain_acl.yml (turns aclEnable on; "
-                            "default file: <data dir>/config/plain_acl.yml)")
-        metrics_options(p, "brokerIP1", keys=True)
-
-    p = sub.add_parser("broker", help="run a Broker")
-    broker_options(p, standalone=False)
-    p.set_defaults(func=_run_broker)
-
-    p = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
-    p.add_argument("--data-dir", default="./rocketq-data", help="store root (default "
-                                                               "./rocketq-data)")
-    p.add_argument("--host", default="127.0.0.1", help="NameServer listen address")
-    p.add_argument("--namesrv-port", type=int, default=9876,
-                   help="the NameServer's port (0: any free port)")
-    p.add_argument("--slaves", type=int, default=0, metavar="N",
-                   help="also run N slaves of the broker, replicating it (default 0)")
-    p.add_argument("--sync-master", action="store_true",
-                   help="with --slaves: answer sends once a slave holds them (SYNC_MASTER)")
-    broker_options(p, standalone=True)
-    from .dashboard import add_dashboard_parser, add_standalone_options
-
-    add_standalone_options(p)
-    p.set_defaults(func=_run_standalone)
-
-    from .admin import add_admin_parser
-    from .bench import add_bench_parser
-    from .cluster import add_cluster_parser
-
-    add_cluster_parser(sub)
-    add_admin_parser(sub)
-    add_bench_parser(sub)
-    add_dashboard_parser(sub)
+    for add_group in (add_namesrv_parser, add_controller_parser, add_broker_parser,
+                      add_standalone_parser, add_cluster_parser, add_admin_parser,
+                      add_bench_parser, add_dashboard_parser):
+        add_group(sub)
     return parser
 
 
@@ -553,13 +99,6 @@ def _client_failures() -> tuple[type[BaseException], ...]:
     from ..remoting import RemotingError
 
     return (ClientError, RemotingError, OSError, ValueError)
-
-
-def failure_reason(exc: BaseException) -> str:
-    """An exception as the reason part of a one-line error (its class when it has no
-    message, as a bare TimeoutError has not)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _what(args: argparse.Namespace) -> str:

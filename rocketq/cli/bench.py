@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import RawDescriptionHelpFormatter, failure_reason, spawn_standalone
 from .admin.common import namesrv_option
+from .common import RawDescriptionHelpFormatter, failure_reason
+from .standalone import spawn_standalone
 
 MODES = ("sync", "async", "oneway", "batch")
 NAMESRV_HELP = ("NameServer addresses, ';'-separated (default: $NAMESRV_ADDR, else "

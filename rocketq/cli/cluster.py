@@ -445,7 +445,7 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    from . import _stop_on_signal
+    from .common import _stop_on_signal
 
     if args.replicas < 1 or args.groups < 1:
         raise ValueError("--replicas and --groups must be at least 1")

@@ -13,13 +13,18 @@ as the other ports.
   them (port + 1) is encrypted and authenticated with it (pysyncobj's ``password``). Without
   it, a controller with an ACL derives the secret from the file's first admin account, so
   nodes with the same ACL file agree on it. etcd keeps its own security.
+
+It also holds the ``rocketq controller`` command: its parser and its run function.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+from .common import _listening, _stop_on_signal
 
 log = logging.getLogger("rocketq")
 
@@ -101,3 +106,59 @@ def build_controller(host: str, port: int, peers: str | None, data_dir: str | No
     return Controller(RaftEngine(addr, members or [addr], data_dir,
                                  password=security.raft_password), host, port,
                       **security.options)
+
+
+def _controller(host: str, port: int, peers: str | None, data_dir: str | None,
+                etcd: str | None, acl_file: str | None = None, tls_config: str | None = None,
+                secret_file: str | None = None) -> Any:
+    """A controller node on Raft among ``peers`` (this node alone by default) or on etcd,
+    with the ACL, TLS and Raft secret of its options (see the module docstring)."""
+    return build_controller(host, port, peers, data_dir, etcd,
+                            controller_security(acl_file, tls_config, secret_file))
+
+
+async def _run_controller(args: argparse.Namespace) -> None:
+    from .metrics import _metrics_note, _serve_metrics, _stop_all
+
+    stop = _stop_on_signal()
+    controller = _controller(args.host, args.port, args.peers, args.data_dir, args.etcd,
+                             args.acl_file, args.tls_config, args.secret_file)
+    with _listening("controller"):
+        await controller.start()
+    try:
+        metrics = await _serve_metrics(args.metrics_host or args.host, args.metrics_port,
+                                       controller=controller)
+    except BaseException:
+        await controller.stop()
+        raise
+    how = f"etcd {args.etcd}" if args.etcd else f"Raft peers: {args.peers or 'none'}"
+    print(f"Controller listening on {controller.address} ({how}){_metrics_note(metrics)}",
+          flush=True)
+    await stop.wait()
+    await _stop_all(metrics, controller)
+
+
+def add_controller_parser(sub: argparse._SubParsersAction) -> None:
+    """``rocketq controller``: a controller node alone, on Raft or etcd."""
+    from .metrics import metrics_options
+
+    p = sub.add_parser("controller", help="run a controller node (automatic failover)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=9878,
+                   help="request port (default 9878); Raft uses the next one")
+    p.add_argument("--peers", help="every controller node's host:port, ','-separated, this "
+                                   "one included (default: this node alone)")
+    p.add_argument("--data-dir", help="keep the Raft journal here (default: in memory)")
+    p.add_argument("--etcd", metavar="URL",
+                   help="keep the state in etcd (e.g. http://127.0.0.1:2379) instead of Raft "
+                        "among the controllers")
+    p.add_argument("--acl-file", metavar="PATH",
+                   help="check requests against this plain_acl.yml (brokers sign theirs with "
+                        "an admin account; reloaded on change)")
+    p.add_argument("--tls-config", metavar="FILE",
+                   help="a properties file with tlsMode and RocketMQ's tls.server.* keys")
+    p.add_argument("--secret-file", metavar="FILE",
+                   help="a secret every controller node shares, encrypting Raft between them "
+                        "(default with --acl-file: derived from its first admin account)")
+    metrics_options(p, "--host")
+    p.set_defaults(func=_run_controller)

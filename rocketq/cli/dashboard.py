@@ -171,7 +171,7 @@ async def run_dashboard(args: argparse.Namespace) -> int:
     from ..asgi import AsgiServer
     from ..client.admin import AsyncAdmin
     from ..dashboard import create_app
-    from . import _listening, _stop_on_signal
+    from .common import _listening, _stop_on_signal
 
     credentials = _credentials(args)
     refuse_unguarded(credentials, args.users, "--users")
@@ -212,7 +212,7 @@ async def start_for_standalone(args: argparse.Namespace, broker: Any, namesrv: s
     from ..broker.security import inner_credentials, outgoing_tls
     from ..client.admin import AsyncAdmin
     from ..dashboard import create_app
-    from . import _listening
+    from .common import _listening
 
     credentials = inner_credentials(broker.config, broker.acl) if broker.acl else None
     admin = AsyncAdmin(namesrv, credentials=credentials,

@@ -8,7 +8,7 @@ import argparse
 import logging
 from typing import Any
 
-from . import _listening
+from .common import _listening
 
 log = logging.getLogger("rocketq")
 

@@ -173,8 +173,8 @@ def test_a_standalone_whose_dashboard_fails_to_stop_still_stops_the_rest(tmp_pat
                                                                         monkeypatch):
     import asyncio
 
-    import rocketq.cli
     import rocketq.cli.dashboard
+    import rocketq.cli.standalone
     from rocketq.cli import build_parser
 
     stops: list[asyncio.Event] = []
@@ -193,7 +193,7 @@ def test_a_standalone_whose_dashboard_fails_to_stop_still_stops_the_rest(tmp_pat
         stops[0].set()  # as Ctrl-C would, once all is up
         return Failing()
 
-    monkeypatch.setattr(rocketq.cli, "_stop_on_signal", stop_event)
+    monkeypatch.setattr(rocketq.cli.standalone, "_stop_on_signal", stop_event)
     monkeypatch.setattr(rocketq.cli.dashboard, "start_for_standalone", start_dashboard)
     args = build_parser().parse_args([
         "standalone", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0",

@@ -7,7 +7,8 @@ import pytest
 
 from rocketq.broker import load_broker_conf
 from rocketq.broker.stats import SIZE_BUCKETS, Stats
-from rocketq.cli import _broker_overrides, build_parser
+from rocketq.cli import build_parser
+from rocketq.cli.broker import _broker_overrides
 from rocketq.cli.cluster import free_port, metrics_args, promised_ports
 from rocketq.cli.metrics import _broker_metrics
 from rocketq.metrics import labels
