@@ -12,13 +12,12 @@ Where requests go (RocketMQ's processors in brackets):
 - ``send_back``: CONSUMER_SEND_MSG_BACK (SendMessageProcessor.consumerSendMsgBack);
 - ``pull``: PULL_MESSAGE, LITE_PULL_MESSAGE, long polling (PullMessageProcessor);
 - ``client_requests``: heartbeats, client and queue-lock requests (ClientManageProcessor);
-- ``offset_requests``: consumer offsets and queue offsets (ConsumerManageProcessor);
+- ``offset_requests`` (``offsets/``): consumer and queue offsets (ConsumerManageProcessor);
 - ``message_queries``: messages by offset id and by key (QueryMessageProcessor);
-- ``admin_requests``: topics, broker config, runtime info, stats (AdminBrokerProcessor);
-- ``consumer_calls``: reset offsets, calls to consumers (AdminBrokerProcessor, Broker2Client);
-- ``subscription_groups``, ``acl_requests``: groups, ACL accounts (AdminBrokerProcessor);
+- ``admin``, ``consumer_calls``, ``acl_requests`` and the group requests (all in ``admin/``):
+  topics, config, stats, consumers' offsets and calls, groups, ACL (AdminBrokerProcessor);
 - ``transaction``: END_TRANSACTION and transaction checks (EndTransactionProcessor);
-- ``registration``: REGISTER_BROKER / UNREGISTER_BROKER to the NameServers.
+- ``registration`` (``replication/``): REGISTER_BROKER / UNREGISTER_BROKER to the NameServers.
 """
 
 from __future__ import annotations
@@ -38,30 +37,31 @@ from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
 from ..store.config import SLAVE, SYNC_MASTER
 from ..store.lock import StoreLock
-from .acl_requests import AclRequests
-from .admin_requests import AdminRequests, guard_admin_fields
+from .admin.acl import AclRequests
+from .admin.consumer_calls import ConsumerCalls
+from .admin.groups import subscription_group_handlers
+from .admin.message_queries import MessageQueries
+from .admin.requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
 from .config import BrokerConfig, load_broker_conf, load_overrides
-from .consumer_calls import ConsumerCalls
 from .delay import DelayDelivery
-from .message_queries import MessageQueries
-from .offset_requests import OffsetLog, OffsetRequests
-from .offsets import ConsumerOffsets
+from .offsets.requests import OffsetLog, OffsetRequests
+from .offsets.table import ConsumerOffsets
 from .pop import PopService
 from .pop_requests import PopRequests
 from .pull import PullProcessor
-from .registration import DuplicateBrokerError, Registration
-from .replicas import ReplicasManager, Role, consistent_point
+from .replication.registration import DuplicateBrokerError, Registration
+from .replication.replicas import ReplicasManager, Role, consistent_point
+from .replication.slave_sync import SlaveSync
 from .security import access_control, inner_credentials, outgoing_tls, tls_settings
 from .send import SendProcessor
 from .send_back import SendBack
 from .sink import SinkCommits
-from .slave_sync import SlaveSync
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
 from .store_writer import StoreWriter, send_refusal
-from .subscription_groups import SubscriptionGroupTable, subscription_group_handlers
+from .subscription_groups import SubscriptionGroupTable
 from .timer import TimerWheel
 from .topics import TopicTable
 from .transaction import Transactions
@@ -198,7 +198,7 @@ class Broker:
             RequestCode.PULL_MESSAGE: self.pull.handle,
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
-            # What a slave copies from its master (slave_sync.py; offsets: offset_requests).
+            # What a slave copies from its master (SlaveSync; offsets: OffsetRequests).
             RequestCode.GET_ALL_DELAY_OFFSET: lambda conn, cmd: cmd.response(
                 body=orjson.dumps(self.schedule.wrapper())),
             RequestCode.GET_BROKER_EPOCH_CACHE: self.epoch_cache,
