@@ -186,7 +186,7 @@ def test_a_slave_holds_its_masters_commits_within_a_second_without_the_copy(st):
                             haMasterAddress=master.ha_server.address,
                             haSendHeartbeatInterval=200)
     assert wait_for(lambda: slave.slave_sync is not None, 5)
-    st.call(cancel_tasks([slave._slave_task]))  # no metadata copy from here on
+    st.call(cancel_tasks([slave.roles._slave_task]))  # no metadata copy from here on
     slave_sync = slave.slave_sync
     copies = []
     slave_sync.sync_once = lambda: copies.append(1)  # would be seen if anything ran it

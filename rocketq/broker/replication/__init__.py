@@ -9,7 +9,11 @@ CommitLog's bytes themselves travel over the HA stream of rocketq/ha.
   epoch file a demoted master cuts its CommitLog back by.
 - ``slave_sync.py``: a slave's periodic copy of its master's topics, offsets, delay offsets and
   subscription groups (RocketMQ's SlaveSynchronize).
+- ``roles.py``: the master side (HA port, the master-only deliveries and POP), the slave side
+  (following the master's log, the metadata copy), and in controller mode the switch between
+  them, as the controller's roles arrive; ``Broker`` hands it its parts and calls
+  ``start``/``stop``.
 
-May import: protocol, remoting, ha, broker.config, broker.files, broker.topics,
-broker.subscription_groups, broker.offsets, broker.delay.
+May import: protocol, store, remoting, ha, broker.config, broker.files, broker.store_writer,
+broker.topics, broker.subscription_groups, broker.offsets, broker.delay, broker.pull.
 """
