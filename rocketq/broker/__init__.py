@@ -12,13 +12,14 @@ Where requests go (RocketMQ's processors in brackets):
 - ``send_back``: CONSUMER_SEND_MSG_BACK (SendMessageProcessor.consumerSendMsgBack);
 - ``pull``: PULL_MESSAGE, LITE_PULL_MESSAGE, long polling (PullMessageProcessor);
 - ``client_requests``: heartbeats, client and queue-lock requests (ClientManageProcessor);
-- ``offset_requests``: consumer offsets and queue offsets (ConsumerManageProcessor);
+- ``offset_requests`` (``offsets/``): consumer and queue offsets (ConsumerManageProcessor);
 - ``message_queries``: messages by offset id and by key (QueryMessageProcessor);
-- ``admin_requests``: topics, broker config, runtime info, stats (AdminBrokerProcessor);
-- ``consumer_calls``: reset offsets, calls to consumers (AdminBrokerProcessor, Broker2Client);
-- ``subscription_groups``, ``acl_requests``: groups, ACL accounts (AdminBrokerProcessor);
+- ``admin``, ``consumer_calls``, ``acl_requests`` and the group requests (all in ``admin/``):
+  topics, config, stats, consumers' offsets and calls, groups, ACL (AdminBrokerProcessor);
 - ``transaction``: END_TRANSACTION and transaction checks (EndTransactionProcessor);
-- ``registration``: REGISTER_BROKER / UNREGISTER_BROKER to the NameServers.
+- ``registration`` (``replication/``): REGISTER_BROKER / UNREGISTER_BROKER to the NameServers;
+- ``roles`` (``replication/``): master or slave, and in controller mode the switch between
+  them (NOTIFY_BROKER_ROLE_CHANGED, GET_BROKER_EPOCH_CACHE).
 """
 
 from __future__ import annotations
@@ -34,34 +35,35 @@ import orjson
 
 from ..ha import HAClient, HAServer
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import Connection, RemotingClient, RemotingError, RemotingServer, cancel_tasks
+from ..remoting import Connection, RemotingClient, RemotingServer, cancel_tasks
 from ..store import BatchMessage, MessageStore, MessageStoreConfig, PutResult, StoreMessage
-from ..store.config import SLAVE, SYNC_MASTER
 from ..store.lock import StoreLock
-from .acl_requests import AclRequests
-from .admin_requests import AdminRequests, guard_admin_fields
+from .admin.acl import AclRequests
+from .admin.consumer_calls import ConsumerCalls
+from .admin.groups import subscription_group_handlers
+from .admin.message_queries import MessageQueries
+from .admin.requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
 from .config import BrokerConfig, load_broker_conf, load_overrides
-from .consumer_calls import ConsumerCalls
 from .delay import DelayDelivery
-from .message_queries import MessageQueries
-from .offset_requests import OffsetLog, OffsetRequests
-from .offsets import ConsumerOffsets
+from .offsets.requests import OffsetLog, OffsetRequests
+from .offsets.table import ConsumerOffsets
 from .pop import PopService
 from .pop_requests import PopRequests
 from .pull import PullProcessor
-from .registration import DuplicateBrokerError, Registration
-from .replicas import ReplicasManager, Role, consistent_point
+from .replication.registration import DuplicateBrokerError, Registration
+from .replication.replicas import ReplicasManager
+from .replication.roles import Roles
+from .replication.slave_sync import SlaveSync
 from .security import access_control, inner_credentials, outgoing_tls, tls_settings
 from .send import SendProcessor
 from .send_back import SendBack
 from .sink import SinkCommits
-from .slave_sync import SlaveSync
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
 from .store_writer import StoreWriter, send_refusal
-from .subscription_groups import SubscriptionGroupTable, subscription_group_handlers
+from .subscription_groups import SubscriptionGroupTable
 from .timer import TimerWheel
 from .topics import TopicTable
 from .transaction import Transactions
@@ -132,18 +134,8 @@ class Broker:
                                              ssl=self._outgoing_tls)
         self.store: MessageStore | None = None  # type: ignore[assignment]
         self._writer: StoreWriter | None = None
-        #: Replication: the master's HA port, or the slave's link to its master.
-        self.ha_server: HAServer | None = None
-        self.ha_client: HAClient | None = None
-        #: A slave's copy of its master's metadata.
-        self.slave_sync: SlaveSync | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        #: A master's delay, timer and transaction loops; a slave's metadata copy.
-        self._role_tasks: list[asyncio.Task[Any]] = []
-        self._slave_task: asyncio.Task[Any] | None = None
-        #: Controller mode: the broker's link to the controller.
-        self.replicas: ReplicasManager | None = None
         #: Tables whose last save failed, with the error (logged once until saved again).
         self._unsaved: dict[str, str] = {}
 
@@ -185,6 +177,14 @@ class Broker:
                               self.offsets, changed, self.stats)
         self.pop_requests = PopRequests(self.pop, self.topics)
         self.acl_requests = AclRequests(self.acl, config, lambda: self.address)
+        #: Master or slave, and in controller mode the switch between them.
+        self.roles = Roles(
+            config, store_config, store=store, writer=lambda: self._writer,
+            address=lambda: self.address, registration=self.registration,
+            namesrv_client=self.namesrv_client, tls=self.tls, outgoing_tls=self._outgoing_tls,
+            topics=self.topics, offsets=self.offsets, schedule=self.schedule,
+            subscription_groups=self.subscription_groups, pull=self.pull, pop=self.pop,
+            master_loops=(self.schedule.run, self.transactions.run, self.timer.run))
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[int, Handler]:
@@ -198,13 +198,11 @@ class Broker:
             RequestCode.PULL_MESSAGE: self.pull.handle,
             RequestCode.LITE_PULL_MESSAGE: self.pull.handle,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
-            # What a slave copies from its master (slave_sync.py; offsets: offset_requests).
+            # What a slave copies from its master (SlaveSync; offsets: OffsetRequests).
             RequestCode.GET_ALL_DELAY_OFFSET: lambda conn, cmd: cmd.response(
                 body=orjson.dumps(self.schedule.wrapper())),
-            RequestCode.GET_BROKER_EPOCH_CACHE: self.epoch_cache,
-            RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._role_changed,
         }
-        for part in (self.client_requests, self.send_back, self.offset_requests,
+        for part in (self.roles, self.client_requests, self.send_back, self.offset_requests,
                      self.message_queries, self.admin, self.consumer_calls, self.sinks,
                      self.pop_requests, self.acl_requests):
             handlers.update(part.handlers())
@@ -279,36 +277,13 @@ class Broker:
         self.pull.start(self.loop)
         await asyncio.to_thread(self.transactions.load)
         self._writer = StoreWriter(self.store)
-        controlled = self.config.enableControllerMode
-        if controlled:
-            # Fenced, and not in the routes, until the controller says which role this
-            # broker has.
-            self.store.set_role(SLAVE)
-            self.registration.paused = True
-            self._writer.may_write = self._lease_valid
-            # The HA port is open from the start, so the controller can tell slaves where
-            # it is the moment this broker is elected; it serves them only once it is.
-            await self._open_ha_port()
-            assert self.ha_server is not None
-            self.ha_server.serving = False
-            self.replicas = ReplicasManager(
-                self.config, self.store_config.storePathRootDir, lambda: self.address,
-                lambda: self.registration.ha_server_addr,
-                self._become_master, self._become_slave, self._use_sync_state_set,
-                lambda: self.store.commitlog.max_offset, self._in_sync, self.namesrv_client)
-            self.replicas.lease_gained = self.registration.soon
-            self.registration.may_register_as_master = self._lease_valid
-        elif self.store_config.is_slave:
-            self._start_slave_side(
-                lambda: self.store_config.haMasterAddress or self.registration.master_ha_addr)
-        else:
-            await self._start_master_side()
+        await self.roles.start()
         await self.server.start()
         if self.acl is not None:
             self.acl.start_watching()
         self.registration.start()
-        if self.replicas is not None:
-            await self.replicas.start()
+        if self.roles.replicas is not None:
+            await self.roles.replicas.start()
         else:
             await self.registration.register_all()  # routes exist once start() returns
             if self.registration.conflicts:
@@ -326,194 +301,32 @@ class Broker:
                  self.config.brokerName, self.config.brokerClusterName, self.address,
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
 
-    # ================================================================== roles
-    async def _start_master_side(self) -> None:
-        """Serve slaves, and run what only a master runs: delayed, timer and transaction
-        deliveries (a slave's come from its master's log)."""
-        assert self.loop is not None and self.store is not None and self._writer is not None
-        await self._open_ha_port()
-        assert self.ha_server is not None
-        self.ha_server.serving = True
-        waits = self.store_config.brokerRole == SYNC_MASTER or self.replicas is not None
-        self._writer.replicas = self.ha_server if waits else None
-        if not self._role_tasks:
-            self._role_tasks = [self.loop.create_task(self.schedule.run()),
-                                self.loop.create_task(self.transactions.run()),
-                                self.loop.create_task(self.timer.run())]
-        if not self.pop.running:
-            await self.pop.start()
+    # ================================================================== roles' parts
+    @property
+    def ha_server(self) -> HAServer | None:
+        """The master's HA port (in controller mode open from the start)."""
+        return self.roles.ha_server
 
-    async def _open_ha_port(self) -> None:
-        assert self.store is not None
-        if self.ha_server is None:
-            ha_server = HAServer(self.store, self.config.brokerIP1,
-                                 self.store_config.haListenPort, tls=self.tls)
-            try:
-                await ha_server.start()
-            except OSError as exc:
-                # Say which of the broker's ports it was: by default the one after listenPort.
-                raise OSError(exc.errno, exc.strerror, f"{exc.filename or ha_server.port} "
-                              "(the HA port, haListenPort)") from None
-            self.ha_server = ha_server
-            self.store_config.haListenPort = self.ha_server.port
-            self.registration.ha_server_addr = self.ha_server.address
+    @property
+    def ha_client(self) -> HAClient | None:
+        """A slave's link to its master."""
+        return self.roles.ha_client
 
-    async def _stop_master_side(self, closing: bool = False) -> None:
-        await cancel_tasks(self._role_tasks)
-        self._role_tasks = []
-        await self.pop.stop()
-        if self._writer is not None:
-            self._writer.replicas = None
-        if self.ha_server is not None:
-            if self.replicas is not None and not closing:
-                self.ha_server.drop_links()  # demoted: the port stays for a next election
-            else:
-                await self.ha_server.stop()
-                self.ha_server = None
+    @property
+    def slave_sync(self) -> SlaveSync | None:
+        """A slave's copy of its master's metadata."""
+        return self.roles.slave_sync
 
-    def _start_slave_side(self, master_ha_addr: Callable[[], str],
-                          hello: int | None = None) -> None:
-        """Follow a master's log and copy its metadata."""
-        assert self.loop is not None and self.store is not None
-        # A controller-mode slave may hear of its master before that one serves: retry soon.
-        retry = min(5.0, self.store_config.haSendHeartbeatInterval / 1000)
-        self.ha_client = HAClient(self.store, master_ha_addr,
-                                  retry if hello is None else min(retry, 0.3), hello=hello,
-                                  ssl=self._outgoing_tls)
-        self.ha_client.start()
-        client = self.ha_client
-        self.registration.ha_client = lambda: self.ha_client
-        self.pull.slave_serves = lambda: (self.config.slaveReadEnable
-                                          or client.connected_to is None)
-        # Controller mode copies every 3 s, as RocketMQ 5 does: a slave may become master at
-        # any moment, and its consumer offsets are then what groups continue from.
-        self.slave_sync = SlaveSync(
-            self.namesrv_client, lambda: self.registration.master_addr, self.topics,
-            self.offsets, self.schedule, self.subscription_groups,
-            interval=10.0 if hello is None else 3.0)
-        self._slave_task = self.loop.create_task(self.slave_sync.run())
-
-    async def _stop_slave_side(self) -> None:
-        if self._slave_task is not None:
-            await cancel_tasks([self._slave_task])
-            self._slave_task = None
-        self.slave_sync = None
-        if self.ha_client is not None:
-            await self.ha_client.stop()
-            self.ha_client = None
-        self.pull.slave_serves = None
-
-    def _lease_valid(self) -> bool:
-        return self.replicas is not None and self.replicas.lease_valid()
-
-    def _in_sync(self) -> set[int]:
-        if self.ha_server is None:
-            return set()
-        return self.ha_server.in_sync(self.store_config.haMaxTimeSlaveNotCatchup / 1000)
-
-    async def _become_master(self, role: Role) -> None:
-        """Controller mode: this broker is its group's master from ``role.master_epoch``."""
-        assert self.store is not None and self.replicas is not None
-        assert self._writer is not None
-        self._writer.role_changes += 1
-        await self._stop_slave_side()
-        # All this log holds is the group's now: dispatched before appends take queue
-        # offsets from the ConsumeQueues.
-        self.store.limit_dispatch(None)
-        self.store.set_role(SYNC_MASTER)
-        self.config.brokerId = 0
-        # The NameServers give id 0 to the registration of the highest epoch.
-        self.topics.next_version(role.master_epoch)
-        await self._start_master_side()
-        assert self.ha_server is not None
-        # Consumers see no message a failover could take back: dispatch stops at the
-        # confirmOffset, and moves on as replicas acknowledge.
-        self.ha_server.on_confirm = self.store.dispatch_more
-        self._use_sync_state_set(role.sync_state_set)
-        # Topics the old master created since the last metadata copy: their queues are in
-        # the replicated log; routed at once, producers need not wait for a copy that will
-        # never come.
-        for topic in sorted(self.store.queues.topics()):
-            if self.topics.get(topic) is None:
-                self.topics.learn(topic, self.store.queues.queue_ids(topic))
-        self.registration.paused = False
-        await self.registration.register_all()
-
-    def _use_sync_state_set(self, members: set[int]) -> None:
-        """Controller mode, master: whose acknowledgements sends wait for (``members``, this
-        master included)."""
-        assert self.store is not None and self.replicas is not None
-        if self.ha_server is None:
-            return
-        others = members - {self.replicas.broker_id}
-        cfg = self.store_config
-        needed = len(others) if cfg.allAckInSyncStateSet else min(len(others),
-                                                                  cfg.inSyncReplicas - 1)
-        self.ha_server.set_sync_members(others, needed)
-        self.store.limit_dispatch(self.ha_server.confirm_offset if needed else None)
-
-    async def _become_slave(self, role: Role) -> None:
-        """Controller mode: follow ``role``'s master, after cutting any tail of this log
-        that the master does not share."""
-        assert self.store is not None and self.replicas is not None
-        assert self._writer is not None
-        self._writer.role_changes += 1
-        await self._stop_master_side()
-        await self._stop_slave_side()
-        self.store.set_role(SLAVE)
-        self.config.brokerId = self.replicas.broker_id
-        self.topics.next_version(role.master_epoch)
-        try:
-            theirs, their_end = await self.replicas.master_epochs(role)
-        except (RemotingError, OSError, ValueError, KeyError) as exc:  # asked again later
-            raise RemotingError(f"not following master {role.master_addr} unchecked: "
-                                f"cannot read its epochs ({exc})") from exc
-        else:
-            mine = self.replicas.epochs.entries
-            end = self.store.commitlog.max_offset
-            keep = consistent_point(mine, end, theirs, their_end) if mine else min(end,
-                                                                                  their_end)
-            if keep < end:
-                log.warning("cutting %d bytes this log does not share with master %s",
-                            end - keep, role.master_addr)
-                self.store.truncate(keep)
-            self.replicas.epochs.replace(theirs)
-        # Read at each connect: a master that restarted keeps its epoch, not its HA port.
-        self._start_slave_side(lambda: role.master_ha_addr, hello=self.replicas.broker_id)
-        # Consumers reading from this slave see no message a failover could take back
-        # either: it dispatches up to the confirmOffset its master sends.
-        client = self.ha_client
-        assert client is not None
-        self.store.limit_dispatch(lambda: client.confirm_offset)
-        self.registration.master_addr = role.master_addr
-        self.registration.paused = False
-        await self.registration.register_all()
-
-    def _role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED, pushed by a controller after an election (oneway)."""
-        if self.replicas is not None:
-            self.replicas.notified(conn, cmd)
-
-    def epoch_cache(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE: this broker's epochs and CommitLog end."""
-        if self.replicas is None or self.store is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="this broker is not in controller mode")
-        return cmd.response(body=orjson.dumps({
-            "clusterName": self.config.brokerClusterName,
-            "brokerName": self.config.brokerName, "brokerId": self.replicas.broker_id,
-            "epochList": [{"epoch": e, "startOffset": o}
-                          for e, o in self.replicas.epochs.entries],
-            "maxOffset": self.store.commitlog.max_offset}))
+    @property
+    def replicas(self) -> ReplicasManager | None:
+        """Controller mode: the broker's link to the controller."""
+        return self.roles.replicas
 
     async def stop(self) -> None:
         """Unregister, stop serving, persist offsets, flush and close the store cleanly."""
         await cancel_tasks(self._tasks)
         self._tasks = []
-        if self.replicas is not None:
-            await self.replicas.stop()
-        await self._stop_master_side(closing=True)
-        await self._stop_slave_side()
+        await self.roles.stop()
         await self.registration.unregister_all()
         await self.namesrv_client.close()
         self.pull.stop()
@@ -581,9 +394,10 @@ class Broker:
         table = _runtime_info(self.stats, self.store,  # type: ignore[arg-type]
                               self.send.queued, self.pull.held, self.schedule.offsets,
                               send_refusal(self.config, self._writer))
-        if self.replicas is not None and self.replicas.role is not None:
+        epoch = self.roles.master_epoch()
+        if epoch is not None:
             # Controller mode (not in RocketMQ's table): the epoch this broker's role is from.
-            table["masterEpoch"] = str(self.replicas.role.master_epoch)
+            table["masterEpoch"] = str(epoch)
         return table
 
     # ================================================================== dispatch

@@ -55,7 +55,7 @@ from ..protocol.message import record_properties
 from ..protocol.sql92 import compile_selector
 from ..store import GetStatus, StoreMessage
 from .config import BrokerConfig
-from .offsets import ConsumerOffsets
+from .offsets.table import ConsumerOffsets
 from .pop_records import (
     MAX_INVISIBLE_MS,
     MAX_POP_NUMS,

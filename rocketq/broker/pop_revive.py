@@ -43,7 +43,7 @@ from .send_back import dead_letter_topic
 
 if TYPE_CHECKING:
     from ..store import MessageStore
-    from .offsets import ConsumerOffsets
+    from .offsets.table import ConsumerOffsets
     from .stats import Stats
     from .subscription_groups import SubscriptionGroupTable
     from .topics import TopicTable

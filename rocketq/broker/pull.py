@@ -21,7 +21,7 @@ from ..remoting import Connection
 from ..store import GetStatus
 from .clients import ClientTable
 from .config import BrokerConfig
-from .offsets import ConsumerOffsets
+from .offsets.table import ConsumerOffsets
 from .stats import Stats
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupTable
 from .topics import TopicConfig, TopicTable

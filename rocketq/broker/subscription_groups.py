@@ -4,29 +4,26 @@ whether it may consume, how its retries go, and which broker serves it. Persiste
 
 A group is created with RocketMQ's defaults the first time a consumer of it heartbeats or pulls,
 unless ``autoCreateSubscriptionGroup`` is false; ``updateSubGroup`` (200) creates or changes one,
-201 lists them, 207 deletes one. Every field of a request is checked before anything changes,
-and the table changes in memory only once its new state is on disk.
+201 lists them, 207 deletes one (the requests: broker/admin/groups.py). Every field of a request
+is checked before anything changes, and the table changes in memory only once its new state is
+on disk.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
-from ..protocol import JAVA_INT_MAX, JAVA_LONG_MAX, RemotingCommand, RequestCode, ResponseCode
+from ..protocol import JAVA_INT_MAX, JAVA_LONG_MAX
 from ..protocol.topic import SYS_GROUP_PREFIX, SYSTEM_GROUPS
-from ..remoting import Connection
 from .config import BrokerConfig
-from .offsets import ConsumerOffsets
 from .topics import MAX_QUEUE_NUMS, DataVersion, save_versioned
 
 log = logging.getLogger("rocketq.broker")
@@ -230,67 +227,3 @@ class SubscriptionGroupTable:
         then make them in memory; a failed save raises and changes nothing."""
         self.groups = save_versioned(self.path, "subscriptionGroupTable", self.groups, changes,
                                      self.data_version, SubscriptionGroupConfig.to_json)
-
-
-# --------------------------------------------------------------------------- requests
-
-Handler = Callable[[Connection, RemotingCommand], RemotingCommand]
-
-
-def subscription_group_handlers(table: SubscriptionGroupTable, offsets: ConsumerOffsets
-                                ) -> dict[int, Handler]:
-    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and
-    DELETE_SUBSCRIPTIONGROUP (207) over the broker's table (and its offsets, for 207's
-    ``removeOffset``)."""
-    return {
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: functools.partial(_update, table),
-        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: functools.partial(_get_all, table),
-        RequestCode.DELETE_SUBSCRIPTIONGROUP: functools.partial(_delete, table, offsets),
-    }
-
-
-def _update(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingCommand
-            ) -> RemotingCommand:
-    try:
-        data = orjson.loads(cmd.body) if cmd.body else None
-    except orjson.JSONDecodeError:
-        try:  # orjson refuses integers beyond 64 bits; the check below names their field
-            data = json.loads(cmd.body)
-        except (ValueError, RecursionError) as exc:
-            return cmd.response(ResponseCode.INVALID_PARAMETER,
-                                remark=f"the body is not SubscriptionGroupConfig JSON: {exc}")
-    try:
-        cfg = group_config_from_json(data)
-    except GroupConfigError as exc:
-        return cmd.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-    return _saved(cmd, table.update, cfg)
-
-
-def _saved(cmd: RemotingCommand, change: Callable[[Any], Any], arg: Any) -> RemotingCommand:
-    """Answer a change of the table: SUCCESS, or SYSTEM_ERROR when it could not be saved (and
-    so was not made)."""
-    try:
-        change(arg)
-    except OSError as exc:
-        return cmd.response(ResponseCode.SYSTEM_ERROR,
-                            remark=f"the subscription groups cannot be saved, nothing changed: "
-                                   f"{exc}")
-    return cmd.response()
-
-
-def _get_all(table: SubscriptionGroupTable, conn: Connection, cmd: RemotingCommand
-             ) -> RemotingCommand:
-    return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(table.wrapper()))
-
-
-def _delete(table: SubscriptionGroupTable, offsets: ConsumerOffsets, conn: Connection,
-            cmd: RemotingCommand) -> RemotingCommand:
-    group = cmd.field("groupName") or ""
-    if not group:
-        return cmd.response(ResponseCode.INVALID_PARAMETER,
-                            remark="the request lacks the field 'groupName'")
-    answer = _saved(cmd, table.delete, group)
-    if answer.code == ResponseCode.SUCCESS and cmd.bool_field("removeOffset"):
-        offsets.remove_group(group)
-        offsets.persist(force=True)
-    return answer

@@ -19,7 +19,7 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SINK_LEDGER_TOPIC = "RMQ_SYS_SINK_LEDGER"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 #: rocketq's own: every change of a committed consumer offset, so that it replicates with the
-#: messages (broker/offset_log.py).
+#: messages (broker/offsets/log.py).
 OFFSET_LOG_TOPIC = "rmq_sys_CONSUMER_OFFSET_LOG"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"

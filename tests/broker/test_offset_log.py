@@ -1,4 +1,4 @@
-"""Consumer offsets in the replicated log (broker/offset_log.py): the record codec, the
+"""Consumer offsets in the replicated log (broker/offsets/log.py): the record codec, the
 checkpoint plus replay of the records after it at load, and a slave that holds its master's
 commits through the HA stream alone."""
 
@@ -10,7 +10,7 @@ import time
 import orjson
 import pytest
 
-from rocketq.broker.offset_log import (
+from rocketq.broker.offsets.log import (
     OFFSET_LOG_TOPIC,
     OffsetLog,
     OffsetRecord,
@@ -18,7 +18,7 @@ from rocketq.broker.offset_log import (
     decode_record,
     encode_record,
 )
-from rocketq.broker.offsets import COMMIT, REMOVE_GROUP, ConsumerOffsets
+from rocketq.broker.offsets.table import COMMIT, REMOVE_GROUP, ConsumerOffsets
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.protocol.topic import is_system_topic
 from rocketq.remoting import RemotingClient, cancel_tasks
@@ -186,7 +186,7 @@ def test_a_slave_holds_its_masters_commits_within_a_second_without_the_copy(st):
                             haMasterAddress=master.ha_server.address,
                             haSendHeartbeatInterval=200)
     assert wait_for(lambda: slave.slave_sync is not None, 5)
-    st.call(cancel_tasks([slave._slave_task]))  # no metadata copy from here on
+    st.call(cancel_tasks([slave.roles._slave_task]))  # no metadata copy from here on
     slave_sync = slave.slave_sync
     copies = []
     slave_sync.sync_once = lambda: copies.append(1)  # would be seen if anything ran it
@@ -212,7 +212,7 @@ def test_a_slave_holds_its_masters_commits_within_a_second_without_the_copy(st):
 
 
 async def slave_sync_copy(slave, master) -> bool:
-    from rocketq.broker.slave_sync import SlaveSync
+    from rocketq.broker.replication.slave_sync import SlaveSync
     sync = SlaveSync(slave.namesrv_client, lambda: master.address, slave.topics,
                      slave.offsets, slave.schedule, slave.subscription_groups)
     return await sync.sync_once()

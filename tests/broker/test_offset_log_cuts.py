@@ -1,4 +1,4 @@
-"""The offset log (broker/offset_log.py) through what a review found: a demoted master whose
+"""The offset log (broker/offsets/log.py) through what a review found: a demoted master whose
 log is cut, a commit while puts are refused (the dispatch then runs on the appending thread),
 values a record cannot hold, a slave's copy of its master's table, records that could not be
 written, and a repeated commit while its record is still settling."""
@@ -14,10 +14,10 @@ import threading
 import orjson
 import pytest
 
-from rocketq.broker.offset_log import OffsetLog, OffsetRecord, encode_record
-from rocketq.broker.offset_requests import OffsetRequests
-from rocketq.broker.offsets import COMMIT, ConsumerOffsets
-from rocketq.broker.slave_sync import SlaveSync
+from rocketq.broker.offsets.log import OffsetLog, OffsetRecord, encode_record
+from rocketq.broker.offsets.requests import OffsetRequests
+from rocketq.broker.offsets.table import COMMIT, ConsumerOffsets
+from rocketq.broker.replication.slave_sync import SlaveSync
 from rocketq.broker.store_writer import StoreWriter
 from rocketq.ha import HAServer
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -58,7 +58,7 @@ def follower_of(master: Broker, root) -> Broker:
 
 
 def sync_from(slave: Broker, master: Broker) -> None:
-    """What slave_sync.py does with the master's GET_ALL_CONSUMER_OFFSET answer."""
+    """What replication/slave_sync.py does with the master's GET_ALL_CONSUMER_OFFSET answer."""
     sync = SlaveSync(RemotingClient(), lambda: "", None, slave.offsets, None, None)
     sync._offsets(orjson.loads(orjson.dumps(master.offsets.wrapper())))
 

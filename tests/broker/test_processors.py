@@ -9,14 +9,14 @@ import zlib
 import orjson
 import pytest
 
-from rocketq.broker.admin_requests import AdminRequests
+from rocketq.broker.admin.message_queries import MessageQueries
+from rocketq.broker.admin.requests import AdminRequests
 from rocketq.broker.client_requests import LOCK_EXPIRY, ClientRequests
 from rocketq.broker.clients import ClientTable
 from rocketq.broker.config import BrokerConfig
-from rocketq.broker.message_queries import MessageQueries
-from rocketq.broker.offset_requests import OffsetRequests
-from rocketq.broker.offsets import ConsumerOffsets
-from rocketq.broker.registration import Registration
+from rocketq.broker.offsets.requests import OffsetRequests
+from rocketq.broker.offsets.table import ConsumerOffsets
+from rocketq.broker.replication.registration import Registration
 from rocketq.broker.subscription_groups import SubscriptionGroupTable
 from rocketq.broker.topics import TopicTable
 from rocketq.protocol import Perm

@@ -1,7 +1,7 @@
 """Consumer offsets through failovers (controller mode): a group commits, its master stops
 right after, a slave is promoted, and a new consumer instance of the group goes on exactly
 where the last one committed. The offsets reach the slaves as offset-log records in the
-replicated CommitLog (broker/offset_log.py), not by the metadata copy every 3 s, which a
+replicated CommitLog (broker/offsets/log.py), not by the metadata copy every 3 s, which a
 master stopped right after a commit never makes."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from rocketq import Message, Producer, PullConsumer, SendStatus
-from rocketq.broker.registration import DuplicateBrokerError
+from rocketq.broker.replication.registration import DuplicateBrokerError
 from rocketq.namesrv import NameServer
 from rocketq.protocol import RequestCode, ResponseCode
 from rocketq.protocol.command import RemotingCommand

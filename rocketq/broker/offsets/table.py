@@ -1,7 +1,7 @@
 """Consumer offsets of clustering consumer groups (RocketMQ's ConsumerOffsetManager),
 persisted as ``config/consumerOffset.json`` every few seconds and at shutdown.
 
-With the offset log on (``offsetLogEnable``, broker/offset_log.py) each change is also a
+With the offset log on (``offsetLogEnable``, broker/offsets/log.py) each change is also a
 record in the CommitLog, and this file is a checkpoint: besides RocketMQ's ``offsetTable`` it
 keeps ``offsetLogOffset``, how far into the log's queue the table covers, so a start replays
 only the records after it.
@@ -20,16 +20,16 @@ from typing import Any
 
 import orjson
 
-from ..protocol import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN
-from ..protocol.topic import is_system_group
-from .files import write_atomically
+from ...protocol import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN
+from ...protocol.topic import is_system_group
+from ..files import write_atomically
 
 #: What the table tells its ``on_change`` hook: an offset committed, or what was forgotten.
 COMMIT, REMOVE_GROUP, REMOVE_TOPIC = 0, 1, 2
 #: ``on_change(kind, group, topic, queue id, offset, same)``, ``same`` when a commit left
 #: the offset as it was; what it returns, ``commit`` returns.
 ChangeHook = Callable[[int, str, str, int, int, bool], Any]
-#: ``on_copy(table, log offset)``: take a master's table (slave_sync.py); see OffsetLog.
+#: ``on_copy(table, log offset)``: take a master's table (replication/slave_sync.py); see OffsetLog.
 CopyHook = Callable[[dict[str, dict[Any, Any]], int], int]
 #: The checkpoint's key for the offset log's queue offset it covers (not RocketMQ's: extra
 #: keys are ignored by its readers).
@@ -126,7 +126,7 @@ class ConsumerOffsets:
     def wrapper(self) -> dict[str, Any]:
         """ConsumerOffsetSerializeWrapper: what GET_ALL_CONSUMER_OFFSET (43) answers. With the
         offset log on it also says how far the log's records are in it: a slave then leaves
-        the offsets it has to the log (slave_sync.py)."""
+        the offsets it has to the log (replication/slave_sync.py)."""
         with self.lock:
             body: dict[str, Any] = {"offsetTable": {
                 k: {str(q): o for q, o in sorted(v.items())} for k, v in self.offsets.items()}}

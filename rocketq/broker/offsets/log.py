@@ -1,7 +1,7 @@
 """Consumer offsets in the replicated log: every change of a committed offset is also a record
 of the system topic ``rmq_sys_CONSUMER_OFFSET_LOG`` (queue 0) in the CommitLog.
 
-Why: a slave used to learn its master's offsets only from a periodic copy (slave_sync.py,
+Why: a slave used to learn its master's offsets only from a periodic copy (SlaveSync,
 every 3 s in controller mode), so a consumer restarted after a failover could read up to 3 s
 of messages again. As records, offsets replicate with the messages, through the same HA
 stream, and a slave holds every offset its log holds:
@@ -26,7 +26,7 @@ stream, and a slave holds every offset its log holds:
   forgotten, and the table is rebuilt from the checkpoint and the records after it, so the
   commits that were cut are gone and the new master's records at the same positions are
   applied. The next copy from the master settles the rest (see below).
-- **Copies.** A slave still takes its master's table every few seconds (slave_sync.py), with
+- **Copies.** A slave still takes its master's table every few seconds (SlaveSync), with
   how far into the log it covers: :meth:`OffsetLog.take_copy` takes it in full (removals
   included) and, when the copy is older than what the log brought here, applies over it the
   records this slave holds beyond it: a copy never sets an offset back from what this
@@ -52,15 +52,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, ResponseCode
-from ..protocol.topic import OFFSET_LOG_TOPIC
-from ..store import PutResult, PutStatus, StoreMessage
-from ..store.config import SLAVE
-from .offsets import COMMIT, REMOVE_GROUP, REMOVE_TOPIC, ConsumerOffsets
+from ...protocol import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, ResponseCode
+from ...protocol.topic import OFFSET_LOG_TOPIC
+from ...store import PutResult, PutStatus, StoreMessage
+from ...store.config import SLAVE
+from .table import COMMIT, REMOVE_GROUP, REMOVE_TOPIC, ConsumerOffsets
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
-    from .store_writer import StoreWriter
+    from ...store import MessageStore
+    from ..store_writer import StoreWriter
 
 log = logging.getLogger("rocketq.broker")
 

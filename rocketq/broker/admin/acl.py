@@ -31,8 +31,8 @@ from typing import Any
 
 import orjson
 
-from ..acl import AccessControl
-from ..acl.edit import (
+from ...acl import AccessControl
+from ...acl.edit import (
     AclUpdateError,
     data_version,
     read_acl_data,
@@ -41,9 +41,9 @@ from ..acl.edit import (
     without_account,
     write_acl_data,
 )
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import Connection
-from .config import BrokerConfig
+from ...protocol import RemotingCommand, RequestCode, ResponseCode
+from ...remoting import Connection
+from ..config import BrokerConfig
 
 log = logging.getLogger("rocketq.broker")
 

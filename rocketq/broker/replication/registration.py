@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import RemotingClient, RemotingError
-from .config import BrokerConfig
-from .topics import TopicTable
+from ...protocol import RemotingCommand, RequestCode, ResponseCode
+from ...remoting import RemotingClient, RemotingError
+from ..config import BrokerConfig
+from ..topics import TopicTable
 
 if TYPE_CHECKING:
-    from ..ha.slave import HAClient
+    from ...ha.slave import HAClient
 
 log = logging.getLogger("rocketq.broker")
 

@@ -3,7 +3,7 @@ requests, and AdminBrokerProcessor's queue look-ups).
 
 QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) read and commit a group's offset in
 a queue (a commit that changes the offset is written to the offset log, and answered SUCCESS
-once the record is as safe as a send, an error when it is not: offset_log.py; a queue id
+once the record is as safe as a send, an error when it is not: log.py; a queue id
 beyond a Java int or an offset beyond a Java long is refused, INVALID_PARAMETER);
 GET_ALL_CONSUMER_OFFSET (43) is the whole table, what slaves copy; GET_MAX_OFFSET (30),
 GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32) answer
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import Connection
-from .offset_log import OffsetLog
-from .offsets import ConsumerOffsets, check_commit
+from ...protocol import RemotingCommand, RequestCode, ResponseCode
+from ...remoting import Connection
+from .log import OffsetLog
+from .table import ConsumerOffsets, check_commit
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
+    from ...store import MessageStore
 
 Handler = Callable[[Connection, RemotingCommand], Any]
 
@@ -96,7 +96,7 @@ class OffsetRequests:
         return cmd.response(code, remark=remark)
 
     def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_ALL_CONSUMER_OFFSET: the whole table (what a slave copies, slave_sync.py)."""
+        """GET_ALL_CONSUMER_OFFSET: the whole table (what a slave copies: SlaveSync)."""
         return cmd.response(body=orjson.dumps(self.offsets.wrapper()))
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

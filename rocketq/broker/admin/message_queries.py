@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import Connection
+from ...protocol import RemotingCommand, RequestCode, ResponseCode
+from ...remoting import Connection
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
+    from ...store import MessageStore
 
 Handler = Callable[[Connection, RemotingCommand], Any]
 

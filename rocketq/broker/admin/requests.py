@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import (
+from ...protocol import (
     AUTO_CREATE_TOPIC_KEY,
     ProtocolError,
     RemotingCommand,
@@ -50,9 +50,9 @@ from ..protocol import (
     ResponseCode,
     fastjson,
 )
-from ..remoting import Connection
-from .clients import ClientChannel, ClientTable
-from .config import (
+from ...remoting import Connection
+from ..clients import ClientChannel, ClientTable
+from ..config import (
     BrokerConfig,
     ConfigUpdateError,
     apply_settings,
@@ -61,13 +61,13 @@ from .config import (
     parse_properties,
     save_overrides,
 )
-from .offsets import ConsumerOffsets
-from .stats import Stats
-from .stats.stats_items import BROKER_KEY, BROKER_WIDE
-from .topics import TopicConfigError, TopicTable, topic_config_from_request
+from ..offsets.table import ConsumerOffsets
+from ..stats import Stats
+from ..stats.stats_items import BROKER_KEY, BROKER_WIDE
+from ..topics import TopicConfigError, TopicTable, topic_config_from_request
 
 if TYPE_CHECKING:
-    from ..store import MessageStore, MessageStoreConfig
+    from ...store import MessageStore, MessageStoreConfig
 
 log = logging.getLogger("rocketq.broker")
 

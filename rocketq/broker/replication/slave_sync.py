@@ -5,7 +5,7 @@ win), delay offsets (GET_ALL_DELAY_OFFSET 45) and subscription groups
 knows the topics and where each group stands; the master serves the same codes.
 
 Consumer offsets reach a slave through the replicated log when both ends keep the offset log
-(broker/offset_log.py; the master's answer then says ``offsetLogOffset``, how far into the log
+(broker/offsets/log.py; the master's answer then says ``offsetLogOffset``, how far into the log
 its table covers): the copy is then taken in full, removals included, and the records this
 slave holds beyond that point are applied over it (``OffsetLog.take_copy``), so a copy older
 than what the log brought sets nothing back, and one at least as new takes over."""
@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import RemotingClient, RemotingError
-from .delay import DelayDelivery
-from .offsets import LOG_OFFSET_KEY, ConsumerOffsets
-from .subscription_groups import GroupConfigError, SubscriptionGroupTable
-from .topics import TopicTable
+from ...protocol import RemotingCommand, RequestCode, ResponseCode
+from ...remoting import RemotingClient, RemotingError
+from ..delay import DelayDelivery
+from ..offsets.table import LOG_OFFSET_KEY, ConsumerOffsets
+from ..subscription_groups import GroupConfigError, SubscriptionGroupTable
+from ..topics import TopicTable
 
 log = logging.getLogger("rocketq.broker")
 

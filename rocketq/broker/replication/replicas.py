@@ -29,10 +29,10 @@ from typing import Any
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from ..remoting import RemotingClient, RemotingError
-from .config import BrokerConfig
-from .files import write_atomically
+from ...protocol import RemotingCommand, RequestCode, ResponseCode
+from ...remoting import RemotingClient, RemotingError
+from ..config import BrokerConfig
+from ..files import write_atomically
 
 log = logging.getLogger("rocketq.broker")
 
@@ -189,7 +189,7 @@ class ReplicasManager:
                         loop.create_task(self._report_sync_state_set())]
 
     async def stop(self) -> None:
-        from ..remoting import cancel_tasks
+        from ...remoting import cancel_tasks
 
         await cancel_tasks(self._tasks)
         self._tasks = []

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import (
+from ...protocol import (
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
     MessageFormatError,
@@ -50,14 +50,14 @@ from ..protocol import (
     ResponseCode,
     fastjson,
 )
-from ..protocol.message import decode_offset_msg_id
-from ..remoting import Connection, RemotingError, RemotingTimeoutError
-from .clients import ClientChannel, ClientTable
-from .offsets import ConsumerOffsets
-from .topics import TopicTable
+from ...protocol.message import decode_offset_msg_id
+from ...remoting import Connection, RemotingError, RemotingTimeoutError
+from ..clients import ClientChannel, ClientTable
+from ..offsets.table import ConsumerOffsets
+from ..topics import TopicTable
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
+    from ...store import MessageStore
 
 log = logging.getLogger("rocketq.broker")
 
