@@ -44,27 +44,26 @@ from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
 from .config import BrokerConfig, load_broker_conf, load_overrides
 from .consumer_calls import ConsumerCalls
-from .delay import DelayDelivery
 from .message_queries import MessageQueries
 from .offset_requests import OffsetLog, OffsetRequests
 from .offsets import ConsumerOffsets
-from .pop import PopService
-from .pop_requests import PopRequests
+from .pop import PopRequests, PopService
 from .pull import PullProcessor
 from .registration import DuplicateBrokerError, Registration
 from .replicas import ReplicasManager, Role, consistent_point
+from .schedule.delay import DelayDelivery
+from .schedule.timer import TimerWheel
 from .security import access_control, inner_credentials, outgoing_tls, tls_settings
 from .send import SendProcessor
 from .send_back import SendBack
-from .sink import SinkCommits
 from .slave_sync import SlaveSync
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
 from .store_writer import StoreWriter, send_refusal
 from .subscription_groups import SubscriptionGroupTable, subscription_group_handlers
-from .timer import TimerWheel
 from .topics import TopicTable
-from .transaction import Transactions
+from .transactions.half_messages import Transactions
+from .transactions.sink import SinkCommits
 
 log = logging.getLogger("rocketq.broker")
 

@@ -1,7 +1,7 @@
 """POP consumption: messages handed out with an invisible time, acked one by one, and seen
 again when not acked in time (RocketMQ 5's PopMessageProcessor, AckMessageProcessor,
 ChangeInvisibleTimeProcessor and PopReviveService, and the consumption model of the 5.x
-SimpleConsumer and PushConsumer). The remoting requests (``pop_requests``) and the gRPC
+SimpleConsumer and PushConsumer). The remoting requests (``requests``) and the gRPC
 endpoint (``rocketq.grpc``) are two faces of this one part.
 
 How it works:
@@ -29,8 +29,8 @@ from the oldest record still needed (kept as the consumer offset of
 ``CID_RMQ_SYS_REVIVE_GROUP`` on it) and so knows every message still out, every ack, and how
 far each group has popped, whatever the consumer offset file says.
 
-The service is built of four modules: ``pop_records`` (handles, checkpoints and the other
-values), ``pop_revive`` (replay, revival, FIFO reopening, renewal), ``pop_waiting`` (pops
+The service is built of four modules: ``records`` (handles, checkpoints and the other
+values), ``revive`` (replay, revival, FIFO reopening, renewal), ``waiting`` (pops
 waiting for messages) and this one (the state, and the requests: pop, ack, change of
 invisible time, dead-lettering).
 """
@@ -49,14 +49,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import Perm
-from ..protocol.filter import EXPRESSION_SQL92, Subscription
-from ..protocol.message import record_properties
-from ..protocol.sql92 import compile_selector
-from ..store import GetStatus, StoreMessage
-from .config import BrokerConfig
-from .offsets import ConsumerOffsets
-from .pop_records import (
+from ...protocol import Perm
+from ...protocol.filter import EXPRESSION_SQL92, Subscription
+from ...protocol.message import record_properties
+from ...protocol.sql92 import compile_selector
+from ...store import GetStatus, StoreMessage
+from ..config import BrokerConfig
+from ..offsets import ConsumerOffsets
+from ..stats import Stats
+from ..subscription_groups import SubscriptionGroupTable
+from ..topics import TopicTable
+from .records import (
     MAX_INVISIBLE_MS,
     MAX_POP_NUMS,
     MIN_INVISIBLE_MS,
@@ -73,14 +76,11 @@ from .pop_records import (
     pop_retry_topic,
     revive_topic,
 )
-from .pop_revive import PopRevival
-from .pop_waiting import PopWaiting
-from .stats import Stats
-from .subscription_groups import SubscriptionGroupTable
-from .topics import TopicTable
+from .revive import PopRevival
+from .waiting import PopWaiting
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
+    from ...store import MessageStore
 
 
 class PopService(PopRevival, PopWaiting):
