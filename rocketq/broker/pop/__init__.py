@@ -4,7 +4,9 @@ out with an invisible time, acked one by one, revived when not acked in time, an
 groups that read a queue only while nothing popped from it is in flight.
 
 - ``service``: ``PopService``, the state both faces share (checkpoints, FIFO queues) and the
-  pop, the ack and the change of invisible time.
+  pop.
+- ``acks``: the ack (batched per turn of the event loop), the change of invisible time, the
+  move of a popped message to the dead-letter topic.
 - ``records``: the values it keeps and writes (receipt handles, checkpoints, FIFO state) and
   the constants and topic names POP shares with the gRPC endpoint; no I/O.
 - ``revive``: replay of the revive topic, revival into the pop retry or dead-letter topic,

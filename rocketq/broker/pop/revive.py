@@ -11,8 +11,8 @@ ConsumerOrderInfoManager): what happens to messages popped and not acked in time
 - **Renewal.** Checkpoints popped for an owner (``auto_renew``) have their invisible time
   grown in place while the owner lives.
 
-``PopRevival`` is a part of ``service.PopService``, sharing its state; the requests (pop,
-ack, change of invisible time) are in ``service``.
+``PopRevival`` is a part of ``service.PopService``, sharing its state; the pop is in
+``service``, the ack and the change of invisible time in ``acks``.
 """
 
 from __future__ import annotations
