@@ -46,27 +46,26 @@ from .admin.requests import AdminRequests, guard_admin_fields
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
 from .config import BrokerConfig, load_broker_conf, load_overrides
-from .delay import DelayDelivery
 from .offsets.requests import OffsetLog, OffsetRequests
 from .offsets.table import ConsumerOffsets
-from .pop import PopService
-from .pop_requests import PopRequests
+from .pop import PopRequests, PopService
 from .pull import PullProcessor
 from .replication.registration import DuplicateBrokerError, Registration
 from .replication.replicas import ReplicasManager
 from .replication.roles import Roles
 from .replication.slave_sync import SlaveSync
+from .schedule.delay import DelayDelivery
+from .schedule.timer import TimerWheel
 from .security import access_control, inner_credentials, outgoing_tls, tls_settings
 from .send import SendProcessor
 from .send_back import SendBack
-from .sink import SinkCommits
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
 from .store_writer import StoreWriter, send_refusal
 from .subscription_groups import SubscriptionGroupTable
-from .timer import TimerWheel
 from .topics import TopicTable
-from .transaction import Transactions
+from .transactions.half_messages import Transactions
+from .transactions.sink import SinkCommits
 
 log = logging.getLogger("rocketq.broker")
 

@@ -51,13 +51,13 @@ from ..store.errors import (
 from ..store.messages import batch_totals
 from .clients import ClientTable
 from .config import BrokerConfig
-from .delay import delay_level_of, is_delayable, to_schedule
+from .schedule.delay import delay_level_of, is_delayable, to_schedule
+from .schedule.timer import TimerError, due_time, to_timer
 from .send_back import dead_letter_topic
 from .stats import Stats
 from .subscription_groups import SubscriptionGroupTable
-from .timer import TimerError, due_time, to_timer
 from .topics import TopicTable
-from .transaction import to_half
+from .transactions.half_messages import to_half
 
 if TYPE_CHECKING:
     from ..store import MessageStore, MessageStoreConfig

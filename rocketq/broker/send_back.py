@@ -25,7 +25,7 @@ from ..protocol import (
 from ..remoting import Connection
 from ..store import MessageStoreConfig, StoreMessage
 from .config import BrokerConfig
-from .delay import to_schedule
+from .schedule.delay import to_schedule
 from .stats import Stats
 from .stats.stats_items import SNDBCK_PUT_NUMS, topic_group_key
 from .subscription_groups import SubscriptionGroupTable

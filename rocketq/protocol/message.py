@@ -151,7 +151,7 @@ class Property:
     SHARDING_KEY = "__SHARDINGKEY"
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-    # rocketq's own: the half messages of an exactly-once sink (broker/sink.py).
+    # rocketq's own: the half messages of an exactly-once sink (broker/transactions/sink.py).
     SINK_NAME = "__SINK_NAME"
     SINK_BATCH = "__SINK_BATCH"
     SINK_TXN = "__SINK_TXN"

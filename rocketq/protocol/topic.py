@@ -15,7 +15,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-#: rocketq's own: the decisions of exactly-once sinks (broker/sink.py).
+#: rocketq's own: the decisions of exactly-once sinks (broker/transactions/sink.py).
 SINK_LEDGER_TOPIC = "RMQ_SYS_SINK_LEDGER"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 #: rocketq's own: every change of a committed consumer offset, so that it replicates with the

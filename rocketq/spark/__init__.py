@@ -410,7 +410,8 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
     at least once. With ``exactlyOnce=true`` each task sends its rows as transactional half
     messages, invisible to consumers, under a txn naming the sink, the batch, the partition
     and the attempt; the driver's commit has every broker commit exactly the halves of the
-    attempts that succeeded, once, and roll back the rest (see ``rocketq/broker/sink.py``).
+    attempts that succeeded, once, and roll back the rest (see
+    ``rocketq/broker/transactions/sink.py``).
     """
 
     def __init__(self, options: dict[str, str], streaming: bool = False) -> None:

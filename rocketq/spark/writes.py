@@ -8,8 +8,8 @@ batch, and a row costs no Message, coroutine or request of its own.
 At least once, a topic's rows go in SEND_BATCH_MESSAGE requests of up to BATCH_BYTES, each
 retried as any send is and acknowledged whole (every row of it stored). Exactly once, they go
 in SINK_PREPARE requests, which the broker stores as half messages of the task's txn and
-indexes as it stores them (``broker/sink.py``); each is sent once. Rows a batch does not
-carry (a body of ``compress_over`` bytes or more, which goes compressed; a delay, which a
+indexes as it stores them (``broker/transactions/sink.py``); each is sent once. Rows a batch does
+not carry (a body of ``compress_over`` bytes or more, which goes compressed; a delay, which a
 batch refuses) go one by one, as does a batch of halves for a topic the broker does not have
 yet (the single send may create it) or to a broker without SINK_PREPARE.
 """

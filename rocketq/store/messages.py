@@ -83,7 +83,7 @@ class BatchMessage:
     flush, as a single message's does.
 
     The committed messages of a run of half messages (an exactly-once sink's, see
-    ``broker/sink.py``) go as a batch too: ``prepared_offsets`` are then the elements'
+    ``broker/transactions/sink.py``) go as a batch too: ``prepared_offsets`` are then the elements'
     PREPARED_TRANSACTION_OFFSETs (each half's CommitLog offset; 0 without them), and
     ``trailer`` the op records that mark the halves resolved, appended right after the
     elements by the same call, under the same lock, so that nothing is appended between the

@@ -261,7 +261,7 @@ def test_halves_for_a_topic_the_broker_lacks_go_one_by_one(st):
 
 
 def test_halves_past_the_cache_budget_are_read_back_to_commit(st, monkeypatch):
-    from rocketq.broker import sink
+    from rocketq.broker.transactions import sink
 
     monkeypatch.setattr(sink, "CACHE_BYTES", 200_000)  # a run of 128 KiB kept, no more
     bodies = [b"%04d" % i + b"c" * 1000 for i in range(400)]
@@ -278,7 +278,7 @@ def test_halves_past_the_cache_budget_are_read_back_to_commit(st, monkeypatch):
 
 
 def test_halves_read_back_past_the_cache_budget_are_read_again_to_commit(st, monkeypatch):
-    from rocketq.broker import sink
+    from rocketq.broker.transactions import sink
 
     bodies = [b"%04d" % i + b"r" * 1000 for i in range(50)]
     a = prepare(st, "b13", "0.0.x", *bodies)

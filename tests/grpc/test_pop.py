@@ -334,7 +334,7 @@ def test_a_gzip_body_that_inflates_past_the_limit_is_refused(grpc_broker):
 
 
 def test_auto_renew_keeps_a_push_consumers_messages_while_it_lives(grpc_broker, monkeypatch):
-    from rocketq.broker import pop_revive
+    from rocketq.broker.pop import revive as pop_revive
     from rocketq.grpc import receiving
 
     monkeypatch.setattr(receiving, "AUTO_RENEW_INVISIBLE_MS", 2000)

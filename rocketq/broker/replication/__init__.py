@@ -15,5 +15,5 @@ CommitLog's bytes themselves travel over the HA stream of rocketq/ha.
   ``start``/``stop``.
 
 May import: protocol, store, remoting, ha, broker.config, broker.files, broker.store_writer,
-broker.topics, broker.subscription_groups, broker.offsets, broker.delay, broker.pull.
+broker.topics, broker.subscription_groups, broker.offsets, broker.schedule, broker.pull.
 """

@@ -33,9 +33,9 @@ from .replicas import ReplicasManager, Role, consistent_point
 from .slave_sync import SlaveSync
 
 if TYPE_CHECKING:
-    from ..delay import DelayDelivery
     from ..offsets.table import ConsumerOffsets
     from ..pull import PullProcessor
+    from ..schedule.delay import DelayDelivery
     from ..store_writer import StoreWriter
     from ..subscription_groups import SubscriptionGroupTable
     from ..topics import TopicTable

@@ -20,8 +20,8 @@ import orjson
 
 from ...protocol import RemotingCommand, RequestCode, ResponseCode
 from ...remoting import RemotingClient, RemotingError
-from ..delay import DelayDelivery
 from ..offsets.table import LOG_OFFSET_KEY, ConsumerOffsets
+from ..schedule.delay import DelayDelivery
 from ..subscription_groups import GroupConfigError, SubscriptionGroupTable
 from ..topics import TopicTable
 

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol import (
+from ...protocol import (
     SCHEDULE_TOPIC,
     MessageRecord,
     Property,
     SysFlag,
     encode_properties,
 )
-from ..store import DiskFullError, StoreMessage
-from .files import write_atomically
+from ...store import DiskFullError, StoreMessage
+from ..files import write_atomically
 
 if TYPE_CHECKING:
-    from ..store import MessageStore, MessageStoreConfig, PutResult
+    from ...store import MessageStore, MessageStoreConfig, PutResult
 
 log = logging.getLogger("rocketq.broker")
 

@@ -11,8 +11,8 @@ ConsumerOrderInfoManager): what happens to messages popped and not acked in time
 - **Renewal.** Checkpoints popped for an owner (``auto_renew``) have their invisible time
   grown in place while the owner lives.
 
-``PopRevival`` is a part of ``pop.PopService``, sharing its state; the requests (pop, ack,
-change of invisible time) are in ``pop``.
+``PopRevival`` is a part of ``service.PopService``, sharing its state; the pop is in
+``service``, the ack and the change of invisible time in ``acks``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import Perm, Property, encode_properties
-from ..protocol.message import MessageRecord
-from ..store import GetStatus, StoreMessage
-from .pop_records import (
+from ...protocol import Perm, Property, encode_properties
+from ...protocol.message import MessageRecord
+from ...store import GetStatus, StoreMessage
+from ..send_back import dead_letter_topic
+from .records import (
     RENEW_AHEAD_MS,
     RENEW_BY_MS,
     REVIVE_GROUP,
@@ -39,20 +40,19 @@ from .pop_records import (
     Put,
     pop_retry_topic,
 )
-from .send_back import dead_letter_topic
 
 if TYPE_CHECKING:
-    from ..store import MessageStore
-    from .offsets.table import ConsumerOffsets
-    from .stats import Stats
-    from .subscription_groups import SubscriptionGroupTable
-    from .topics import TopicTable
+    from ...store import MessageStore
+    from ..offsets.table import ConsumerOffsets
+    from ..stats import Stats
+    from ..subscription_groups import SubscriptionGroupTable
+    from ..topics import TopicTable
 
 log = logging.getLogger("rocketq.broker.pop")
 
 
 class PopRevival:
-    """Replay, revival, FIFO reopening and renewal: a part of :class:`pop.PopService`.
+    """Replay, revival, FIFO reopening and renewal: a part of :class:`service.PopService`.
 
     It reads and changes the service's state (declared below, set by ``PopService``) and
     calls its ``_write``, ``_track``, ``_mark``, ``_fifo_state`` and ``_notify``."""

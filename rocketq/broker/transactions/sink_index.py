@@ -1,4 +1,4 @@
-"""What the exactly-once sinks' index (``sink.py``) keeps of a txn's open half messages.
+"""What the exactly-once sinks' index (``sink``) keeps of a txn's open half messages.
 
 A SINK_PREPARE stores a task's rows as a *run* of consecutive halves, and the index keeps the
 run whole (:class:`SentHalves`: the request's batch body, where each element landed, and what
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 
-from ..protocol import MessageRecord
-from ..protocol.message import join_properties
-from ..store import BatchMessage, StoreMessage
-from .transaction import COMMIT
+from ...protocol import MessageRecord
+from ...protocol.message import join_properties
+from ...store import BatchMessage, StoreMessage
+from .half_messages import COMMIT
 
 #: A batch element's bytes besides its body and properties.
 ELEMENT_OVERHEAD = 22

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..protocol import (
+from ...protocol import (
     TRANS_HALF_TOPIC,
     MessageFormatError,
     MessageRecord,
@@ -47,21 +47,21 @@ from ..protocol import (
     ResponseCode,
     encode_properties,
 )
-from ..protocol.message import host_to_bytes, split_batch
-from ..protocol.topic import SINK_LEDGER_TOPIC
-from ..remoting import Connection
-from ..store import BatchMessage, PutStatus, StoreMessage
-from .send import _STATUS_CODES, store_refusal
-from .sink_halves import SentHalves, TxnHalves, single_size
-from .transaction import Transactions
+from ...protocol.message import host_to_bytes, split_batch
+from ...protocol.topic import SINK_LEDGER_TOPIC
+from ...remoting import Connection
+from ...store import BatchMessage, PutStatus, StoreMessage
+from ..send import _STATUS_CODES, store_refusal
+from .half_messages import Transactions
+from .sink_index import SentHalves, TxnHalves, single_size
 
 _SUCCESS = ResponseCode.SUCCESS
 
 if TYPE_CHECKING:
-    from ..store import MessageStore, PutResult
-    from .config import BrokerConfig
-    from .stats import Stats
-    from .topics import TopicTable
+    from ...store import MessageStore, PutResult
+    from ..config import BrokerConfig
+    from ..stats import Stats
+    from ..topics import TopicTable
 
 log = logging.getLogger("rocketq.broker")
 

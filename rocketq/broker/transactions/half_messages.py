@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol import (
+from ...protocol import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     MessageRecord,
@@ -35,18 +35,18 @@ from ..protocol import (
     SysFlag,
     encode_properties,
 )
-from ..protocol.message import encode_record
-from ..protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC
-from ..remoting import Connection
-from ..store import BatchMessage, StoreMessage
-from .clients import ClientTable
-from .config import BrokerConfig
-from .delay import with_real_destination
-from .files import write_atomically
-from .topics import TopicTable
+from ...protocol.message import encode_record
+from ...protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC
+from ...remoting import Connection
+from ...store import BatchMessage, StoreMessage
+from ..clients import ClientTable
+from ..config import BrokerConfig
+from ..files import write_atomically
+from ..schedule.delay import with_real_destination
+from ..topics import TopicTable
 
 if TYPE_CHECKING:
-    from ..store import MessageStore, PutResult
+    from ...store import MessageStore, PutResult
 
 log = logging.getLogger("rocketq.broker")
 
@@ -92,9 +92,9 @@ class Transactions:
         self.half_offset = 0
         self.checks: dict[int, int] = {}
         self.resolved: set[int] = set()
-        #: Resolves an exactly-once sink's half left open too long (sink.py).
+        #: Resolves an exactly-once sink's half left open too long (``sink``).
         self.sink_orphan: Callable[[MessageRecord], Awaitable[None]] | None = None
-        #: Told when the log was truncated (sink.py forgets its index of halves).
+        #: Told when the log was truncated (``sink`` forgets its index of halves).
         self.on_truncated: Callable[[], None] | None = None
         self.askers = []
         #: Held while half messages are resolved, so each is resolved once.

@@ -1,8 +1,8 @@
 """POP's records and values: the receipt handle a popped message carries, the checkpoint a pop
 writes to the revive topic, what a pop hands out, a FIFO queue's state, and the constants and
-topic names POP shares with its two faces (``pop_requests`` and ``rocketq.grpc``).
+topic names POP shares with its two faces (``requests`` and ``rocketq.grpc``).
 
-They hold no I/O: ``pop.PopService`` and its revive side (``pop_revive``) keep them and write
+They hold no I/O: ``service.PopService`` and its revive side (``revive``) keep them and write
 them down.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.message import MessageRecord
-from ..store import StoreMessage
+from ...protocol.message import MessageRecord
+from ...store import StoreMessage
 
 if TYPE_CHECKING:
-    from ..store import PutResult
+    from ...store import PutResult
 
 #: The group whose consumer offset on the revive topic says where a replay starts.
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"

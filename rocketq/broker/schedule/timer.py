@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..protocol import TIMER_TOPIC, Property
+from ...protocol import TIMER_TOPIC, Property
+from ..files import write_atomically
 from .delay import record_to_real, with_real_destination
-from .files import write_atomically
 
 if TYPE_CHECKING:
-    from ..store import MessageStore, PutResult
+    from ...store import MessageStore, PutResult
 
 log = logging.getLogger("rocketq.broker")
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import orjson
 
-from ..protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from ..protocol.filter import Subscription
-from ..protocol.message import encode_record
-from ..protocol.sql92 import SqlError
-from ..remoting import Connection
-from .pop import (
+from ...protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from ...protocol.filter import Subscription
+from ...protocol.message import encode_record
+from ...protocol.sql92 import SqlError
+from ...remoting import Connection
+from ..topics import TopicTable
+from .service import (
     NORMAL_TOPIC,
     RETRY_TOPIC,
     PopError,
@@ -30,7 +31,6 @@ from .pop import (
     ReceiptHandle,
     pop_retry_topic,
 )
-from .topics import TopicTable
 
 Handler = Callable[[Connection, RemotingCommand], Any]
 

@@ -2,7 +2,7 @@
 waits, up to its poll time, until the dispatcher says its topic grew, a revival stored one
 of its messages again in the pop retry topic, or a FIFO queue of it opened again.
 
-``PopWaiting`` is a part of ``pop.PopService``, which sets the event loop it serves on.
+``PopWaiting`` is a part of ``service.PopService``, which sets the event loop it serves on.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 
 
 class PopWaiting:
-    """The pops waiting per topic, and what wakes them: a part of :class:`pop.PopService`."""
+    """The pops waiting per topic, and what wakes them: a part of :class:`service.PopService`."""
 
     loop: asyncio.AbstractEventLoop | None
     _loop_thread: int
