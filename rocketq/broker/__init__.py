@@ -16,7 +16,10 @@ Where requests go (RocketMQ's processors in brackets):
 - ``message_queries``: messages by offset id and by key (QueryMessageProcessor);
 - ``admin``, ``consumer_calls``, ``acl_requests`` and the group requests (all in ``admin/``):
   topics, config, stats, consumers' offsets and calls, groups, ACL (AdminBrokerProcessor);
-- ``transaction``: END_TRANSACTION and transaction checks (EndTransactionProcessor);
+- ``transactions/``: END_TRANSACTION and transaction checks (EndTransactionProcessor), and
+  the exactly-once sinks' prepare and commit;
+- ``pop/``: POP receive, ack and change of invisible time (PopMessageProcessor and kin);
+- ``schedule/``: delay levels and the timer wheel (ScheduleMessageService, TimerMessageStore);
 - ``registration`` (``replication/``): REGISTER_BROKER / UNREGISTER_BROKER to the NameServers;
 - ``roles`` (``replication/``): master or slave, and in controller mode the switch between
   them (NOTIFY_BROKER_ROLE_CHANGED, GET_BROKER_EPOCH_CACHE).
