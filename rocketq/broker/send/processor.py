@@ -170,9 +170,13 @@ class SendProcessor(Answers):
         if sysflag & _TRANSACTION_MASK == _PREPARED:
             raise SendRefused(ResponseCode.MESSAGE_ILLEGAL,
                               "a batch of messages cannot be a transactional half")
+        attrs = conn.attributes  # the sender's address, found once per connection
+        born_host = attrs.get("peer_ip")
+        if born_host is None:
+            born_host = attrs["peer_ip"] = peer_ip(conn.peer[0])
         return BatchMessage(topic, cmd.body, queue_id, suffix=self.cluster_property,
                             properties=(ext.get(names.properties) or "").encode(),
-                            sysflag=sysflag, born_timestamp=born, born_host=_born_host(conn),
+                            sysflag=sysflag, born_timestamp=born, born_host=born_host,
                             born_port=conn.peer[1], reconsume_times=reconsume)
 
     def _single_message(self, conn: Connection, cmd: RemotingCommand, ext: dict[str, str],
@@ -189,8 +193,12 @@ class SendProcessor(Answers):
             raise SendRefused(ResponseCode.MESSAGE_ILLEGAL,
                               f"message properties are {len(raw_props)} bytes; the limit is "
                               f"{MAX_PROPERTIES_SIZE}")
+        attrs = conn.attributes  # the sender's address, found once per connection
+        born_host = attrs.get("peer_ip")
+        if born_host is None:
+            born_host = attrs["peer_ip"] = peer_ip(conn.peer[0])
         return StoreMessage(topic, cmd.body, stored_queue, properties=raw_props, flag=flag,
-                            sysflag=sysflag, born_timestamp=born, born_host=_born_host(conn),
+                            sysflag=sysflag, born_timestamp=born, born_host=born_host,
                             born_port=conn.peer[1], reconsume_times=reconsume)
 
     def _queue(self, conn: Connection, cmd: RemotingCommand, message: StoreMessage,
@@ -274,10 +282,7 @@ class SendProcessor(Answers):
                       sysflag: int = 0) -> tuple[StoreMessage, PutResult]:
         """Store one message sent by another path than SEND_MESSAGE (the gRPC endpoint), with
         the same checks and transforms. The topic must exist. Raises SendRefused."""
-        if not self.config.brokerPermission & Perm.WRITE:
-            raise SendRefused(ResponseCode.NO_PERMISSION,
-                              f"the broker[{self.config.brokerName}] sending message is "
-                              "forbidden")
+        self._check_broker_writable()
         topic_config = self.topics.topics.get(topic)
         if topic_config is None:
             raise SendRefused(ResponseCode.TOPIC_NOT_EXIST,
@@ -350,11 +355,3 @@ class SendProcessor(Answers):
             if not fut.done():
                 fut.set_result(result)
 
-
-def _born_host(conn: Connection) -> bytes:
-    """The sender's address as a record holds it, found once per connection."""
-    attrs = conn.attributes
-    born_host = attrs.get("peer_ip")
-    if born_host is None:
-        born_host = attrs["peer_ip"] = peer_ip(conn.peer[0])
-    return born_host
