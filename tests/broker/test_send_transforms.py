@@ -3,7 +3,7 @@ be transformed (delayed, timed, half, dead-lettered); the transforms edit the pa
 
 from __future__ import annotations
 
-import rocketq.broker.send as send_module
+import rocketq.broker.send.transforms as send_module
 from rocketq import Message, Producer
 from rocketq.protocol import SCHEDULE_TOPIC, TIMER_TOPIC, Property
 

@@ -12,7 +12,7 @@ consumers send and pull.
 
 The tables these requests change (broker/topics.py, broker/subscription_groups.py,
 broker/clients.py) are not here: every send, pull and POP reads them, so they sit beside
-send.py and pull.py, and no other room has to import admin.
+send/ and pull.py, and no other room has to import admin.
 
 May import: protocol, store, remoting, acl, broker.config, broker.topics,
 broker.subscription_groups, broker.clients, broker.offsets, broker.stats.

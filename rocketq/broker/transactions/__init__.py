@@ -7,9 +7,9 @@ TransactionalMessageCheckService) and rocketq's exactly-once sinks built on them
   halves stored as runs, its decision written to the ledger topic, then committed together.
 - ``sink_index``: what the sinks' index keeps of a txn's open half messages.
 
-Nothing is re-exported: the send path imports ``half_messages`` and ``sink`` imports the send
-path's status codes, so the package stays free of imports of its own.
+Nothing is re-exported: the send path imports ``half_messages``, so the package stays free of
+imports of its own; ``sink`` answers its puts with ``broker.put_outcomes``, below both.
 
 May import: protocol, store, remoting, broker.clients, broker.config, broker.files,
-broker.schedule, broker.send, broker.stats, broker.topics.
+broker.put_outcomes, broker.schedule, broker.stats, broker.topics.
 """

@@ -51,7 +51,7 @@ from ...protocol.message import host_to_bytes, split_batch
 from ...protocol.topic import SINK_LEDGER_TOPIC
 from ...remoting import Connection
 from ...store import BatchMessage, PutStatus, StoreMessage
-from ..send import _STATUS_CODES, store_refusal
+from ..put_outcomes import STATUS_CODES, store_refusal
 from .half_messages import Transactions
 from .sink_index import SentHalves, TxnHalves, single_size
 
@@ -397,7 +397,7 @@ class SinkCommits:
         status = results[0].status
         # Stored, but not as safely as asked (a flush or a slave timed out): the task fails
         # and its txn is rolled back, as a send answered so is retried.
-        return cmd.response(_SUCCESS if status is PutStatus.PUT_OK else _STATUS_CODES[status],
+        return cmd.response(_SUCCESS if status is PutStatus.PUT_OK else STATUS_CODES[status],
                             ext_fields={"queueOffset": first, "count": len(spans)})
 
     def _index_sent(self, key: BatchKey, txn: str, sent: SentHalves) -> None:
