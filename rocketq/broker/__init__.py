@@ -8,23 +8,7 @@ the parts that write from the event loop are handed one ``put`` callable
 (``StoreSlot.put_messages``). ``processors`` routes each request code to the part that
 serves it; ``housekeeping`` saves the tables and expires silent clients.
 
-Where requests go (RocketMQ's processors in brackets):
-
-- ``send``: SEND_MESSAGE and its variants (SendMessageProcessor);
-- ``send_back``: CONSUMER_SEND_MSG_BACK (SendMessageProcessor.consumerSendMsgBack);
-- ``pull``: PULL_MESSAGE, LITE_PULL_MESSAGE, long polling (PullMessageProcessor);
-- ``client_requests``: heartbeats, client and queue-lock requests (ClientManageProcessor);
-- ``offset_requests`` (``offsets/``): consumer and queue offsets (ConsumerManageProcessor);
-- ``message_queries``: messages by offset id and by key (QueryMessageProcessor);
-- ``admin``, ``consumer_calls``, ``acl_requests`` and the group requests (all in ``admin/``):
-  topics, config, stats, consumers' offsets and calls, groups, ACL (AdminBrokerProcessor);
-- ``transactions/``: END_TRANSACTION and transaction checks (EndTransactionProcessor), and
-  the exactly-once sinks' prepare and commit;
-- ``pop/``: POP receive, ack and change of invisible time (PopMessageProcessor and kin);
-- ``schedule/``: delay levels and the timer wheel (ScheduleMessageService, TimerMessageStore);
-- ``registration`` (``replication/``): REGISTER_BROKER / UNREGISTER_BROKER to the NameServers;
-- ``roles`` (``replication/``): master or slave, and in controller mode the switch between
-  them (NOTIFY_BROKER_ROLE_CHANGED, GET_BROKER_EPOCH_CACHE).
+Which part serves which request code: ``processors.py``.
 """
 
 from __future__ import annotations
@@ -44,20 +28,20 @@ from .admin.message_queries import MessageQueries
 from .admin.requests import AdminRequests
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
-from .config import BrokerConfig, load_broker_conf, load_overrides
+from .config import BrokerConfig, complete_configs, load_broker_conf, load_overrides
 from .housekeeping import Housekeeping
 from .offsets.requests import OffsetLog, OffsetRequests
 from .offsets.table import ConsumerOffsets
 from .pop import PopRequests, PopService
-from .processors import Handler, Processors, handler_table
+from .processors import Processors, handler_table
 from .pull import PullProcessor
-from .replication.registration import DuplicateBrokerError, Registration
+from .replication.registration import Registration
 from .replication.replicas import ReplicasManager
 from .replication.roles import Roles
 from .replication.slave_sync import SlaveSync
 from .schedule.delay import DelayDelivery
 from .schedule.timer import TimerWheel
-from .security import access_control, inner_credentials, outgoing_tls, tls_settings
+from .security import access_control, outgoing_tls, own_credentials, server_tls
 from .send import SendProcessor
 from .send_back import SendBack
 from .stats import Stats
@@ -86,14 +70,7 @@ class Broker:
         reads no file of it); it is taken here otherwise, before the tables below write
         their files under ``config/``. Raises StoreLockedError when another broker holds it.
         """
-        if config is None:
-            config, default_store = load_broker_conf({})
-            store_config = store_config or default_store
-        elif store_config is None:
-            # The store writes the broker's address into records and shares its size limit.
-            _, store_config = load_broker_conf({
-                "brokerIP1": config.brokerIP1, "listenPort": config.listenPort,
-                "maxMessageSize": config.maxMessageSize})
+        config, store_config = complete_configs(config, store_config)
         self.config = config
         self.store_config = store_config
         self.config_dir = os.path.join(store_config.storePathRootDir, "config")
@@ -114,16 +91,9 @@ class Broker:
         root's lock is held."""
         #: The ACL every request passes first (aclEnable), and TLS for the ports.
         self.acl = access_control(config, self.config_dir)
-        self.tls = tls_settings(config)
-        if self.tls.enabled:
-            _ = self.tls.server_context  # a certificate that cannot be loaded fails here
+        self.tls = server_tls(config)
         self._outgoing_tls = outgoing_tls(config)
-        inner = inner_credentials(config, self.acl)
-        if self.acl is not None and inner is None:
-            log.warning("ACL is on but the broker has no credentials of its own: NameServers "
-                        "that check requests will refuse its registration (add an admin "
-                        "account to %s, or set innerClientAuthenticationCredentials)",
-                        self.acl.path)
+        inner = own_credentials(config, self.acl)
         self.namesrv_client = RemotingClient(signer=inner.sign if inner else None,
                                              ssl=self._outgoing_tls)
         #: The store and its writer, once ``start()`` has opened them.
@@ -186,6 +156,10 @@ class Broker:
                            self.offset_requests, self.message_queries, self.admin,
                            self.consumer_calls, self.sinks, self.pop_requests,
                            self.acl_requests)), lambda: self.store, self.clients)
+        #: Request code -> handler, and one request served (what the remoting tests use).
+        self._handlers, self.handle = self.processors.handlers, self.processors.handle
+        #: The one ``put`` callable the parts are handed.
+        self._put_messages = self.store_slot.put_messages
         handle = self.processors.handle
         self.server = RemotingServer(self.acl.guard(handle) if self.acl else handle,
                                      "0.0.0.0" if config.brokerIP1 != "127.0.0.1"
@@ -200,21 +174,6 @@ class Broker:
     @property
     def _writer(self) -> StoreWriter | None:
         return self.store_slot.writer
-
-    @property
-    def _handlers(self) -> dict[int, Handler]:
-        """Request code -> handler (what the remoting tests walk)."""
-        return self.processors.handlers
-
-    @property
-    def handle(self) -> Handler:
-        """Serve one request (``processors.handle``), as the remoting server does."""
-        return self.processors.handle
-
-    @property
-    def _put_messages(self):
-        """The one ``put`` callable the parts are handed."""
-        return self.store_slot.put_messages
 
     # ================================================================== lifecycle
     @property
@@ -277,15 +236,7 @@ class Broker:
         if self.roles.replicas is not None:
             await self.roles.replicas.start()
         else:
-            await self.registration.register_all()  # routes exist once start() returns
-            if self.registration.conflicts:
-                # Another live broker has this name and id: this one would only be a stray
-                # copy of it. Stop, rather than run outside the routes unnoticed.
-                namesrv, why = next(iter(self.registration.conflicts.items()))
-                raise DuplicateBrokerError(
-                    f"broker {self.config.brokerName} at {self.address} not started: NameServer"
-                    f" {namesrv}: {why} (if that broker is gone, the NameServer forgets it "
-                    "within 120 s; start this one again then)")
+            await self.registration.register_at_start()
         self._tasks = [self.loop.create_task(self.registration.run()),
                        self.loop.create_task(self.housekeeping.run()),
                        self.loop.create_task(self.stats.run())]
@@ -330,19 +281,11 @@ class Broker:
         log.info("broker %s stopped", self.config.brokerName)
 
     # ================================================================== NameServers
-    def topics_changed(self) -> None:
-        """Re-register with the NameServers at once (a topic was created or changed)."""
-        self.registration.soon()
-
     async def register_all(self) -> None:
         """Register with every NameServer now."""
         await self.registration.register_all()
 
     # ================================================================== parts' views
-    def dead_letter_topic(self, group: str) -> str:
-        """The group's dead-letter topic, created on first use."""
-        return self.send_back.dead_letter_topic(group)
-
     def runtime_info(self) -> dict[str, str]:
         """The GET_BROKER_RUNTIME_INFO table: stats, store, work waiting, sends refused."""
         return _runtime_info(self.stats, self.store,  # type: ignore[arg-type]

@@ -1,5 +1,24 @@
 """Which part of the broker serves each request code (RocketMQ's
-``BrokerController.registerProcessor``), and the one door every request comes in by."""
+``BrokerController.registerProcessor``), and the one door every request comes in by.
+
+Where requests go (RocketMQ's processors in brackets):
+
+- ``send``: SEND_MESSAGE and its variants (SendMessageProcessor);
+- ``send_back``: CONSUMER_SEND_MSG_BACK (SendMessageProcessor.consumerSendMsgBack);
+- ``pull``: PULL_MESSAGE, LITE_PULL_MESSAGE, long polling (PullMessageProcessor);
+- ``client_requests``: heartbeats, client and queue-lock requests (ClientManageProcessor);
+- ``offset_requests`` (``offsets/``): consumer and queue offsets (ConsumerManageProcessor);
+- ``message_queries``: messages by offset id and by key (QueryMessageProcessor);
+- ``admin``, ``consumer_calls``, ``acl_requests`` and the group requests (all in ``admin/``):
+  topics, config, stats, consumers' offsets and calls, groups, ACL (AdminBrokerProcessor);
+- ``transactions/``: END_TRANSACTION and transaction checks (EndTransactionProcessor), and
+  the exactly-once sinks' prepare and commit;
+- ``pop/``: POP receive, ack and change of invisible time (PopMessageProcessor and kin);
+- ``schedule/``: delay levels and the timer wheel (ScheduleMessageService, TimerMessageStore);
+- ``registration`` (``replication/``): REGISTER_BROKER / UNREGISTER_BROKER to the NameServers;
+- ``roles`` (``replication/``): master or slave, and in controller mode the switch between
+  them (NOTIFY_BROKER_ROLE_CHANGED, GET_BROKER_EPOCH_CACHE).
+"""
 
 from __future__ import annotations
 
