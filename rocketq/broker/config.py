@@ -151,6 +151,21 @@ def load_broker_conf(values: dict[str, Any] | str | os.PathLike[str] | None = No
     return _split_conf(refuse_unheeded(raw))
 
 
+def complete_configs(config: BrokerConfig | None, store_config: MessageStoreConfig | None
+                     ) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """The two settings a Broker is built from, the missing ones filled in: the defaults
+    for a missing ``config``; for a missing ``store_config``, the defaults with the broker's
+    address (the store writes it into records) and its message size limit."""
+    if config is None:
+        config, default_store = load_broker_conf({})
+        return config, store_config or default_store
+    if store_config is None:
+        _, store_config = load_broker_conf({
+            "brokerIP1": config.brokerIP1, "listenPort": config.listenPort,
+            "maxMessageSize": config.maxMessageSize})
+    return config, store_config
+
+
 def _split_conf(raw: dict[str, Any]) -> tuple[BrokerConfig, MessageStoreConfig]:
     """Give each key to the config that has it (both, for the keys both have)."""
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)

@@ -3,6 +3,7 @@ credentials it signs its own requests with, TLS for its ports and its own connec
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 
@@ -13,6 +14,8 @@ from ..remoting.tls import TlsSettings, outgoing_context
 from .config import BrokerConfig
 
 ACL_FILE_NAME = "plain_acl.yml"
+
+log = logging.getLogger("rocketq.broker")
 
 
 def acl_file(config: BrokerConfig, config_dir: str) -> str:
@@ -48,6 +51,26 @@ def inner_credentials(config: BrokerConfig, acl: AccessControl | None) -> Creden
         if admin is not None:
             return Credentials(admin.access_key, admin.secret_key)
     return None
+
+
+def own_credentials(config: BrokerConfig, acl: AccessControl | None) -> Credentials | None:
+    """``inner_credentials``, with a warning when the ACL is on but there are none: the
+    NameServers that check requests would refuse the broker's registration."""
+    inner = inner_credentials(config, acl)
+    if acl is not None and inner is None:
+        log.warning("ACL is on but the broker has no credentials of its own: NameServers "
+                    "that check requests will refuse its registration (add an admin "
+                    "account to %s, or set innerClientAuthenticationCredentials)", acl.path)
+    return inner
+
+
+def server_tls(config: BrokerConfig) -> TlsSettings:
+    """``tls_settings``, its certificate loaded at once when TLS is on: a certificate that
+    cannot be loaded fails the broker's construction, not its first connection."""
+    tls = tls_settings(config)
+    if tls.enabled:
+        _ = tls.server_context
+    return tls
 
 
 def tls_settings(config: BrokerConfig) -> TlsSettings:

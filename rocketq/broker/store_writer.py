@@ -29,12 +29,15 @@ from ..store import (
     BatchMessage,
     InSyncReplicasNotEnoughError,
     MessageStore,
+    MessageStoreConfig,
     PutResult,
     PutStatus,
     SlaveNotWritableError,
     StoreMessage,
 )
+from ..store.lock import StoreLock
 from ..store.message_store import mark_status
+from ..store.retention import ConsumerOffsetsView
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -225,3 +228,43 @@ def send_refusal(config: BrokerConfig, writer: StoreWriter) -> str | None:
     if not config.brokerPermission & Perm.WRITE:
         return f"brokerPermission={config.brokerPermission} forbids writes"
     return writer.refusal()
+
+
+class StoreSlot:
+    """The broker's store and its writer: empty from the broker's construction until
+    ``start()`` opens them. The parts are handed ``opened`` (the store, once open) and
+    ``put_messages`` (the one way they write from the event loop) before there is a store."""
+
+    def __init__(self) -> None:
+        self.store: MessageStore | None = None
+        self.writer: StoreWriter | None = None
+
+    def opened(self) -> MessageStore:
+        """The store, once ``open`` has opened it."""
+        return self.store  # type: ignore[return-value]
+
+    async def put_messages(self, messages: Sequence[StoreMessage] | BatchMessage
+                           ) -> list[PutResult]:
+        """Append from the event loop and, under SYNC_FLUSH, wait for the flush without
+        blocking it."""
+        assert self.writer is not None
+        return await self.writer.put_messages(messages)
+
+    async def open(self, config: MessageStoreConfig, consumer_offsets: ConsumerOffsetsView,
+                   lock: StoreLock, loop: asyncio.AbstractEventLoop) -> MessageStore:
+        """Open the store on a worker thread (it may scan files after a crash: the loop
+        stays free meanwhile), dispatching on ``loop``, and its writer."""
+        store = await asyncio.to_thread(MessageStore, config,
+                                        consumer_offsets=consumer_offsets, lock=lock)
+        store.dispatch_via(loop.call_soon)
+        self.store = store
+        self.writer = StoreWriter(store)
+        return store
+
+    async def close(self) -> None:
+        """Flush and close the store cleanly, then stop its writer's fsync worker."""
+        if self.store is not None:
+            self.store.dispatch_via(None)
+            await asyncio.to_thread(self.store.close)
+            if self.writer is not None:
+                self.writer.close()

@@ -151,6 +151,19 @@ class Registration:
         return {"brokerName": cfg.brokerName, "brokerAddr": cfg.broker_addr,
                 "clusterName": cfg.brokerClusterName, "brokerId": cfg.brokerId}
 
+    async def register_at_start(self) -> None:
+        """Register with every NameServer before the broker counts as started (its routes
+        exist once ``start()`` returns). Raises DuplicateBrokerError when a NameServer names
+        another live broker with this name and id: this one would only be a stray copy of
+        it, so it stops rather than run outside the routes unnoticed."""
+        await self.register_all()
+        if self.conflicts:
+            namesrv, why = next(iter(self.conflicts.items()))
+            raise DuplicateBrokerError(
+                f"broker {self.config.brokerName} at {self.config.broker_addr} not started: "
+                f"NameServer {namesrv}: {why} (if that broker is gone, the NameServer forgets "
+                "it within 120 s; start this one again then)")
+
     async def register_all(self) -> None:
         """REGISTER_BROKER with the topic table to every NameServer, concurrently."""
         if self.paused:

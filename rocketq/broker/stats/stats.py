@@ -206,7 +206,8 @@ def _runtime(seconds: float) -> str:
 
 
 def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pulls: int,
-                 delay_offsets: dict[int, int], refusal: str | None = None) -> dict[str, str]:
+                 delay_offsets: dict[int, int], refusal: str | None = None,
+                 master_epoch: int | None = None) -> dict[str, str]:
     """The GET_BROKER_RUNTIME_INFO table: RocketMQ's keys, each value in the form RocketMQ
     writes it. Keys of things rocketq does not have (thread pool capacities, the transient
     store pool, put latency histograms) are left out rather than filled with made-up
@@ -214,7 +215,8 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
 
     ``queued_sends`` and ``held_pulls`` are the sends waiting to be appended and the pulls
     held for messages; ``delay_offsets`` is the delivered offset of each delay level;
-    ``refusal`` why the broker refuses every send now (None while it takes them)."""
+    ``refusal`` why the broker refuses every send now (None while it takes them);
+    ``master_epoch`` in controller mode the epoch the broker's role is from."""
     commitlog = store.commitlog
     cfg = store.config
     lag_ms = str(int(stats.loop_lag * 1000))
@@ -282,4 +284,7 @@ def runtime_info(stats: Stats, store: MessageStore, queued_sends: int, held_pull
     for level, offset in sorted(delay_offsets.items()):
         table[f"scheduleMessageOffset_{level}"] = (
             f"{offset},{store.get_max_offset(SCHEDULE_TOPIC, level - 1)}")
+    if master_epoch is not None:
+        # Controller mode (not in RocketMQ's table): the epoch this broker's role is from.
+        table["masterEpoch"] = str(master_epoch)
     return table
