@@ -71,7 +71,7 @@ class Refused(Exception):
 
 def fault(what: str, exc: Exception) -> pb.Status:
     """A failure that is not the request's fault (a full disk, a broker that stops)."""
-    from ..broker.send import store_refusal
+    from ..broker.put_outcomes import store_refusal
 
     try:
         refused = store_refusal(exc)

@@ -31,7 +31,7 @@ import grpc
 
 from ..acl.check import AccessDenied
 from ..acl.plain import PUB, SUB
-from ..broker.send import SendRefused
+from ..broker.put_outcomes import SendRefused
 from ..protocol import TRANS_HALF_TOPIC, Property, encode_properties
 from ..protocol.message import host_to_bytes, java_hash
 from ..protocol.sql92 import SqlError
