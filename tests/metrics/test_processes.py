@@ -58,26 +58,46 @@ def test_standalone_serves_its_metrics_when_broker_conf_asks(tmp_path):
     out = proc.stdout.read() + proc.stderr.read()
     assert "Traceback" not in out
 
+def start_cluster_on_free_ports(tmp_path, extra, attempts: int = 3):
+    """``rocketq cluster`` with its metrics on four consecutive free ports; started again on
+    other ports when another process took one of them before the cluster bound it."""
+    for attempt in range(attempts):
+        base = free_ports(4)
+        ns_port = next(p for p in iter(lambda: free_ports(1), None) if not base <= p < base + 4)
+        data = tmp_path / f"data{attempt}"
+        proc = subprocess.Popen(
+            [*ROCKETQ, "cluster", "--replicas", "2", "--data-dir", str(data),
+             "--namesrv-port", str(ns_port), "--grpc-port", "0", "--metrics-port", str(base),
+             "-c", str(extra)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Ctrl-C stops all" in line:
+                return proc, base, lines
+        proc.terminate()  # SIGTERM: the cluster stops its children too
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        err = proc.stderr.read()
+        taken = "already in use" in err or any(
+            "already in use" in f.read_text(errors="replace") for f in data.rglob("*.log"))
+        if not taken or attempt == attempts - 1:
+            raise AssertionError(err[-3000:] or "".join(lines))
+    raise AssertionError("unreachable")
+
 
 @pytest.mark.slow
 def test_cluster_serves_namesrv_controller_and_broker_metrics_on_consecutive_ports(tmp_path):
     extra = tmp_path / "extra.conf"
     extra.write_text(SMALL_FILES.replace("haListenPort=0\n", ""))
-    base = free_ports(4)
-    ns_port = next(p for p in iter(lambda: free_ports(1), None) if not base <= p < base + 4)
-    proc = subprocess.Popen(
-        [*ROCKETQ, "cluster", "--replicas", "2", "--data-dir", str(tmp_path / "data"),
-         "--namesrv-port", str(ns_port), "--grpc-port", "0", "--metrics-port", str(base),
-         "-c", str(extra)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, base, lines = start_cluster_on_free_ports(tmp_path, extra)
     try:
-        lines = []
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read()[-3000:]
-            lines.append(line)
-            if "Ctrl-C stops all" in line:
-                break
         text = "".join(lines)
         for i in range(4):
             assert f"metrics http://127.0.0.1:{base + i}/metrics" in text, text
