@@ -147,8 +147,19 @@ def column(driver: Any, table: str, index: int) -> list[str]:
 
 
 def log_in(driver: Any, base: str) -> None:
-    """Log in as USER with the login form."""
-    driver.get(f"{base}/login")
+    """Log in as USER with the login form (loaded again, up to three times, when Chromium on a
+    loaded machine shows the page without it)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    for _ in range(3):
+        driver.get(f"{base}/login")
+        try:
+            WebDriverWait(driver, 10).until(lambda d: all_css(d, "#login [name=username]"))
+            break
+        except TimeoutException:
+            continue
+    assert all_css(driver, "#login [name=username]"), driver.page_source[:2000]
     fill(driver, "#login", {"username": USER, "password": PASSWORD})
     assert css(driver, "#user").text == USER
 
