@@ -43,22 +43,28 @@ def diff_queues(owned: Iterable[MessageQueue], topic: str, mine: set[MessageQueu
 
 class QueueLocker:
     """The broker locks of an orderly clustering group's queues (LOCK_BATCH_MQ and
-    UNLOCK_BATCH_MQ): a queue is consumed by the one member holding its lock."""
+    UNLOCK_BATCH_MQ): a queue is consumed by the one member holding its lock.
+
+    ``maybe_held`` is every queue this member may hold a lock on: a queue joins it before its
+    LOCK_BATCH_MQ is sent, and leaves it only when the broker answered that the lock is
+    someone else's or that it was released. A rebalance cancelled by the consumer's shutdown
+    between locking a queue and owning it (or between giving it up and unlocking it) leaves
+    the queue here, so ``unlock_all`` still releases it and the next owner need not wait out
+    the broker's 60 s lock."""
 
     def __init__(self, instance: ClientInstance, group: str) -> None:
         self.instance = instance
         self.group = group
+        self.maybe_held: set[MessageQueue] = set()
 
     async def lock(self, queues: list[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ on each broker: the queues this member now holds."""
         held: set[MessageQueue] = set()
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in queues:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for broker, mqs in by_broker.items():
+        for broker, mqs in by_broker(queues).items():
             body = orjson.dumps({"consumerGroup": self.group,
                                  "clientId": self.instance.client_id, "onlyThisBroker": False,
                                  "mqSet": [mq.to_json() for mq in mqs]})
+            self.maybe_held.update(mqs)
             try:
                 response = await self.instance.invoke_broker(broker, RemotingCommand.request(
                     RequestCode.LOCK_BATCH_MQ, None, body), 3, mqs[0].topic)
@@ -66,20 +72,43 @@ class QueueLocker:
                 log.info("locking queues on %s failed: %s", broker, exc)
                 continue
             if response.code == ResponseCode.SUCCESS:
-                for q in orjson.loads(response.body).get("lockOKMQSet") or []:
-                    held.add(MessageQueue(q["topic"], q["brokerName"], int(q["queueId"])))
+                locked = {MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))
+                          for q in orjson.loads(response.body).get("lockOKMQSet") or []}
+                held |= locked
+                self.maybe_held.difference_update(mq for mq in mqs if mq not in locked)
         return held
 
     async def unlock(self, mq: MessageQueue) -> None:
         """UNLOCK_BATCH_MQ of one queue; a failure only delays the next owner (the lock
         expires by itself)."""
+        await self._unlock(mq.broker_name, [mq])
+
+    async def unlock_all(self, queues: Iterable[MessageQueue] = ()) -> None:
+        """UNLOCK_BATCH_MQ of ``queues`` and of every queue this member may still hold, one
+        request per broker (RocketMQ's RebalanceImpl.unlockAll at shutdown)."""
+        await asyncio.gather(*(self._unlock(broker, mqs) for broker, mqs in
+                               by_broker(self.maybe_held.union(queues)).items()))
+
+    async def _unlock(self, broker: str, mqs: list[MessageQueue]) -> None:
         body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
-                             "mqSet": [mq.to_json()]})
+                             "mqSet": [mq.to_json() for mq in mqs]})
         try:
-            await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
-                RequestCode.UNLOCK_BATCH_MQ, None, body), 3, mq.topic)
+            response = await self.instance.invoke_broker(broker, RemotingCommand.request(
+                RequestCode.UNLOCK_BATCH_MQ, None, body), 3, mqs[0].topic)
         except (ClientError, RemotingError, OSError) as exc:
-            log.info("unlocking %s failed: %s (the lock expires by itself)", mq, exc)
+            log.info("unlocking %s failed: %s (the lock expires by itself)",
+                     ", ".join(map(str, mqs)), exc)
+            return
+        if response.code == ResponseCode.SUCCESS:
+            self.maybe_held.difference_update(mqs)
+
+
+def by_broker(queues: Iterable[MessageQueue]) -> dict[str, list[MessageQueue]]:
+    """``queues`` grouped by the broker that serves them, each list sorted."""
+    grouped: dict[str, list[MessageQueue]] = {}
+    for mq in sorted(queues):
+        grouped.setdefault(mq.broker_name, []).append(mq)
+    return grouped
 
 
 async def apply_share(owned: dict[MessageQueue, Any], topic: str, mine: set[MessageQueue],
@@ -213,9 +242,10 @@ class PushRebalance:
 
     async def drop_all(self) -> None:
         """The consumer stops: drop every queue; orderly consumers commit their offsets
-        first, then unlock the queues so the next owners can lock them at once."""
+        first, then unlock the queues, and any a cancelled rebalance locked without taking,
+        so the next owners can lock them at once."""
         for pq in self.process_queues.values():
             pq.dropped = True
         if self.locker is not None:
             await self.offset_store.persist(list(self.process_queues))
-            await asyncio.gather(*(self.locker.unlock(mq) for mq in self.process_queues))
+            await self.locker.unlock_all(self.process_queues)

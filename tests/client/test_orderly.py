@@ -147,3 +147,50 @@ def test_broker_lock_belongs_to_one_client_at_a_time(servers):
     assert run(lock("b")) == []
     assert run(lock("a", RequestCode.UNLOCK_BATCH_MQ)) == 0
     assert run(lock("b")) == [mq]
+
+
+def test_a_shutdown_mid_rebalance_unlocks_the_queue_it_had_locked(servers):
+    """A consumer stopped while its rebalance has locked a queue but not yet taken it (here
+    held in finding the offset to start from) releases that lock too: the next owner locks
+    the queue at once instead of waiting out the broker's 60 s."""
+    import asyncio
+
+    import orjson
+
+    from rocketq.protocol.codes import RequestCode
+    from rocketq.protocol.command import RemotingCommand
+    from rocketq.remoting import RemotingClient
+
+    servers.create_topic("Held", 1)
+    broker = servers.brokers[0]
+    mq = {"topic": "Held", "brokerName": "broker-a", "queueId": 0}
+
+    async def lock(client_id):
+        c = RemotingClient()
+        try:
+            r = await c.invoke(broker.address, RemotingCommand.request(
+                RequestCode.LOCK_BATCH_MQ, None, orjson.dumps(
+                    {"consumerGroup": "held-g", "clientId": client_id, "mqSet": [mq]})))
+            return orjson.loads(r.body)["lockOKMQSet"]
+        finally:
+            await c.close()
+
+    consumer = PushConsumer("held-g", namesrv=servers.namesrv, orderly=True,
+                            from_where="first", rebalance_interval=1)
+    consumer.subscribe("Held")
+    consumer.register(lambda msgs: ConsumeResult.SUCCESS)
+    asked = threading.Event()
+
+    async def never(mq):  # the rebalance waits here, the queue locked but not taken
+        asked.set()
+        await asyncio.Event().wait()
+
+    consumer._async._start_offset = never
+    try:
+        consumer.start()
+        assert asked.wait(10)
+        assert servers.call(lock("someone-else")) == []  # the consumer holds it
+        assert not consumer._async.owned
+    finally:
+        consumer.shutdown()
+    assert servers.call(lock("someone-else")) == [mq]

@@ -260,6 +260,9 @@ class Locker:
     async def unlock(self, mq):
         self.unlocked.append(mq)
 
+    async def unlock_all(self, queues=()):
+        self.unlocked.extend(sorted(queues))
+
 
 def rebalance(table, locker=None, starts=None):
     store, pulls, consume = Store(), Pulls(), Consume()
