@@ -103,6 +103,8 @@ class RemotingServer:
         self.max_frame = max_frame
         self.on_close = on_close
         self.connections: set[Connection] = set()
+        #: Requests of closed connections whose handlers are still running.
+        self._orphans: set[asyncio.Task[Any]] = set()
         #: Told of every request answered (see ``Observer``); set with ``set_observer``.
         self.observer: Observer | None = None
         self._server: Listener | None = None
@@ -142,6 +144,10 @@ class RemotingServer:
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        # Requests still being served for a peer that left: ``stop`` ends them too.
+        for task in conn.running_requests():
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
         if self.on_close is not None:
             try:
                 self.on_close(conn)
@@ -171,8 +177,15 @@ class RemotingServer:
                 await self._idle_task
         if self._server is not None:
             self._server.close()
+        requests = [task for task in self._orphans if not task.done()]
+        self._orphans.clear()
+        for task in requests:
+            task.cancel()
         for conn in list(self.connections):
             conn.close()
+            requests += conn.cancel_requests()
+        if requests:
+            await asyncio.wait(requests, timeout=2)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)

@@ -361,6 +361,19 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def running_requests(self) -> list[asyncio.Task[Any]]:
+        """The tasks of the requests whose handlers are still running."""
+        return [task for task in self._tasks if not task.done()]
+
+    def cancel_requests(self) -> list[asyncio.Task[Any]]:
+        """Cancel the requests whose handlers are still running (a server that stops), and
+        return their tasks to await: they would otherwise be left pending when the loop
+        closes."""
+        tasks = self.running_requests()
+        for task in tasks:
+            task.cancel()
+        return tasks
+
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()

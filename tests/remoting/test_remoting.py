@@ -268,3 +268,39 @@ def test_a_bound_server_refuses_until_it_serves():
             await server.stop()
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+@pytest.mark.parametrize("peer_left", [False, True])
+def test_stop_ends_the_requests_still_being_served(peer_left):
+    """A server that stops cancels the handlers still running, for connections open and
+    for peers that already left, rather than leaving their tasks pending when the loop
+    closes."""
+    ended = []
+
+    def handler(conn, cmd):
+        async def forever():
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                ended.append(cmd.opaque)
+                raise
+        return forever()
+
+    async def main():
+        server = await start(handler)
+        client = RemotingClient()
+        request = asyncio.ensure_future(client.invoke(
+            server.address, RemotingCommand.request(9, None), timeout=30))
+        while not any(conn.running_requests() for conn in server.connections):
+            await asyncio.sleep(0.01)
+        if peer_left:
+            await client.close()
+            while server.connections:
+                await asyncio.sleep(0.01)
+        await server.stop()
+        assert len(ended) == 1
+        await client.close()
+        with pytest.raises(ConnectionClosedError):
+            await request
+
+    asyncio.run(main())
