@@ -18,7 +18,6 @@ import logging
 import os
 from typing import Any
 
-from ..ha import HAClient, HAServer
 from ..remoting import RemotingClient, RemotingServer, cancel_tasks
 from ..store import MessageStore, MessageStoreConfig
 from ..store.lock import StoreLock
@@ -36,9 +35,7 @@ from .pop import PopRequests, PopService
 from .processors import Processors, handler_table
 from .pull import PullProcessor
 from .replication.registration import Registration
-from .replication.replicas import ReplicasManager
 from .replication.roles import Roles
-from .replication.slave_sync import SlaveSync
 from .schedule.delay import DelayDelivery
 from .schedule.timer import TimerWheel
 from .security import access_control, outgoing_tls, own_credentials, server_tls
@@ -46,7 +43,7 @@ from .send import SendProcessor
 from .send_back import SendBack
 from .stats import Stats
 from .stats import runtime_info as _runtime_info
-from .store_writer import StoreSlot, StoreWriter, send_refusal
+from .store_writer import StoreSlot, send_refusal
 from .subscription_groups import SubscriptionGroupTable
 from .topics import TopicTable
 from .transactions.half_messages import Transactions
@@ -65,24 +62,21 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None,
                  store_config: MessageStoreConfig | None = None, *,
                  store_lock: StoreLock | None = None) -> None:
-        """``store_lock``: the lock on ``storePathRootDir``, when the caller took it before
-        anything else (``rocketq broker`` does, so that a second broker on the same store
-        reads no file of it); it is taken here otherwise, before the tables below write
-        their files under ``config/``. Raises StoreLockedError when another broker holds it.
-        """
+        """``store_lock``: the lock on ``storePathRootDir``, when the caller took it first
+        (``StoreSlot``); taken here otherwise, before the tables below write their files
+        under ``config/``. Raises StoreLockedError when another broker holds it."""
         config, store_config = complete_configs(config, store_config)
         self.config = config
         self.store_config = store_config
         self.config_dir = os.path.join(store_config.storePathRootDir, "config")
         load_overrides(config, store_config)  # updateBrokerConfig changes of an earlier run
-        #: The store root's lock: held from here, released when the store closes.
-        self.store_lock = store_lock
-        took = store_lock is None
-        lock = self.lock_store()
+        #: The store, its writer once ``start()`` has opened them, and the store root's lock.
+        self.store_slot = StoreSlot(store_config.storePathRootDir, store_lock)
+        lock = self.store_slot.take_lock(self._lock_owner())
         try:
             self._assemble(config, store_config)
         except BaseException:
-            if took:
+            if store_lock is None:
                 lock.release()
             raise
 
@@ -96,8 +90,6 @@ class Broker:
         inner = own_credentials(config, self.acl)
         self.namesrv_client = RemotingClient(signer=inner.sign if inner else None,
                                              ssl=self._outgoing_tls)
-        #: The store and its writer, once ``start()`` has opened them.
-        self.store_slot = StoreSlot()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -158,9 +150,7 @@ class Broker:
                            self.acl_requests)), lambda: self.store, self.clients)
         #: Request code -> handler, and one request served (what the remoting tests use).
         self._handlers, self.handle = self.processors.handlers, self.processors.handle
-        #: The one ``put`` callable the parts are handed.
-        self._put_messages = self.store_slot.put_messages
-        handle = self.processors.handle
+        handle = self.handle
         self.server = RemotingServer(self.acl.guard(handle) if self.acl else handle,
                                      "0.0.0.0" if config.brokerIP1 != "127.0.0.1"
                                      else "127.0.0.1", config.listenPort,
@@ -171,23 +161,15 @@ class Broker:
         """The message store, None until ``start()`` has opened it."""
         return self.store_slot.store
 
-    @property
-    def _writer(self) -> StoreWriter | None:
-        return self.store_slot.writer
-
     # ================================================================== lifecycle
     @property
     def address(self) -> str:
         return self.config.broker_addr
 
-    def lock_store(self) -> StoreLock:
-        """Take the store root's lock if this broker does not hold it yet. Raises
-        StoreLockedError, naming the process that holds it, when another broker runs on the
-        same store: it must not bind, register or write anything beside that one."""
-        if self.store_lock is None or not self.store_lock.held:
-            self.store_lock = StoreLock.acquire(self.store_config.storePathRootDir,
-                                                self._lock_owner())
-        return self.store_lock
+    @property
+    def store_lock(self) -> StoreLock | None:
+        """The store root's lock: held from construction until the store closes."""
+        return self.store_slot.lock
 
     def _lock_owner(self) -> str:
         cfg = self.config
@@ -196,7 +178,7 @@ class Broker:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        lock = self.lock_store()  # first: a second broker on this store stops here
+        lock = self.store_slot.take_lock(self._lock_owner())  # first: a second broker stops
         try:
             port = self.server.bind()
         except BaseException:
@@ -245,25 +227,13 @@ class Broker:
                  self.store_config.storePathRootDir, ",".join(self.config.namesrv_addrs))
 
     # ================================================================== roles' parts
-    @property
-    def ha_server(self) -> HAServer | None:
-        """The master's HA port (in controller mode open from the start)."""
-        return self.roles.ha_server
-
-    @property
-    def ha_client(self) -> HAClient | None:
-        """A slave's link to its master."""
-        return self.roles.ha_client
-
-    @property
-    def slave_sync(self) -> SlaveSync | None:
-        """A slave's copy of its master's metadata."""
-        return self.roles.slave_sync
-
-    @property
-    def replicas(self) -> ReplicasManager | None:
-        """Controller mode: the broker's link to the controller."""
-        return self.roles.replicas
+    #: Read-only views of the role's parts (``Roles``): the master's HA port (in controller
+    #: mode open from the start), a slave's link to its master and its copy of the master's
+    #: metadata, and in controller mode the link to the controller.
+    ha_server = property(lambda self: self.roles.ha_server)
+    ha_client = property(lambda self: self.roles.ha_client)
+    slave_sync = property(lambda self: self.roles.slave_sync)
+    replicas = property(lambda self: self.roles.replicas)
 
     async def stop(self) -> None:
         """Unregister, stop serving, persist offsets, flush and close the store cleanly."""
@@ -290,5 +260,5 @@ class Broker:
         """The GET_BROKER_RUNTIME_INFO table: stats, store, work waiting, sends refused."""
         return _runtime_info(self.stats, self.store,  # type: ignore[arg-type]
                              self.send.queued, self.pull.held, self.schedule.offsets,
-                             send_refusal(self.config, self._writer),  # type: ignore[arg-type]
+                             send_refusal(self.config, self.store_slot.writer),  # type: ignore[arg-type]
                              self.roles.master_epoch())

@@ -231,13 +231,28 @@ def send_refusal(config: BrokerConfig, writer: StoreWriter) -> str | None:
 
 
 class StoreSlot:
-    """The broker's store and its writer: empty from the broker's construction until
-    ``start()`` opens them. The parts are handed ``opened`` (the store, once open) and
-    ``put_messages`` (the one way they write from the event loop) before there is a store."""
+    """The broker's store, its writer and the lock on its root: the store and writer are
+    empty from the broker's construction until ``start()`` opens them. The parts are handed
+    ``opened`` (the store, once open) and ``put_messages`` (the one way they write from the
+    event loop) before there is a store.
 
-    def __init__(self) -> None:
+    ``lock``: the ``flock`` on ``storePathRootDir``, when the caller took it before anything
+    else (``rocketq broker`` does, so that a second broker on the same store reads no file of
+    it); ``take_lock`` takes it otherwise. It is held until the store closes."""
+
+    def __init__(self, root: str, lock: StoreLock | None = None) -> None:
+        self.root = root
+        self.lock = lock
         self.store: MessageStore | None = None
         self.writer: StoreWriter | None = None
+
+    def take_lock(self, owner: str) -> StoreLock:
+        """Take the store root's lock if it is not held yet. Raises StoreLockedError, naming
+        the process that holds it, when another broker runs on the same store: it must not
+        bind, register or write anything beside that one."""
+        if self.lock is None or not self.lock.held:
+            self.lock = StoreLock.acquire(self.root, owner)
+        return self.lock
 
     def opened(self) -> MessageStore:
         """The store, once ``open`` has opened it."""

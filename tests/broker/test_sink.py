@@ -176,7 +176,7 @@ def test_an_orphan_of_a_decided_batch_is_committed_by_the_check(st):
     broker = st.brokers[0]
     # The decision reached the ledger, and the broker died before applying it.
     entry = orjson.dumps({"sink": SINK, "batch": "b5", "txns": {"0.0.x": a.counts}})
-    st.call(broker._put_messages([StoreMessage(SINK_LEDGER_TOPIC, entry, 0)]))
+    st.call(broker.store_slot.put_messages([StoreMessage(SINK_LEDGER_TOPIC, entry, 0)]))
     assert wait_for(lambda: visible(st) == [b"late"], timeout=10)
     assert open_halves(st, "b5") == {}
 
