@@ -133,7 +133,7 @@ def _conf(settings: dict[str, Any], namesrv: str) -> dict[str, Any]:
 
 async def _serve(settings: dict[str, Any], stop: _Stop) -> None:
     from .broker import Broker, load_broker_conf
-    from .broker.config import unknown_key_warnings
+    from .broker.unknown_keys import unknown_key_warnings
     from .namesrv import NameServer
 
     ns = NameServer("127.0.0.1", 0)

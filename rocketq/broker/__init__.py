@@ -27,7 +27,8 @@ from .admin.message_queries import MessageQueries
 from .admin.requests import AdminRequests
 from .client_requests import ClientRequests, notify_consumers
 from .clients import ClientTable
-from .config import BrokerConfig, complete_configs, load_broker_conf, load_overrides
+from .config import BrokerConfig, complete_configs, load_broker_conf
+from .config_updates import load_overrides
 from .housekeeping import Housekeeping
 from .offsets.requests import OffsetLog, OffsetRequests
 from .offsets.table import ConsumerOffsets

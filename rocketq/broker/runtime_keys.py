@@ -1,5 +1,5 @@
 """The broker.conf keys that UPDATE_BROKER_CONFIG may change while the broker runs. A table
-of its own, below both ``config`` (which checks a change against it) and
+of its own, below both ``config_updates`` (which checks a change against it) and
 ``unheeded_security`` (which refuses a security setting that would name one)."""
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def _grpc_note(server: Any) -> str:
 def _report_unknown_keys(args: argparse.Namespace, unknown: dict[str, str]) -> None:
     """Warn once for each key of the broker.conf that rocketq does not read, naming what it
     is or the nearest known key, so that a misspelt setting does not pass unnoticed."""
-    from ..broker.config import unknown_key_warnings
+    from ..broker.unknown_keys import unknown_key_warnings
 
     for line in unknown_key_warnings(unknown, args.config or "broker.conf"):
         log.warning("%s", line)

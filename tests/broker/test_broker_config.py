@@ -290,7 +290,7 @@ def test_a_broker_config_alone_is_kept(tmp_path, monkeypatch):
 def test_rocketmqs_old_spelling_is_read_under_the_new_name_with_a_warning(tmp_path):
     """RocketMQ up to 4.5.1 read mapedFileSizeCommitLog; such a file used to leave the 1 GiB
     default in force without a word."""
-    from rocketq.broker.config import unknown_key_warnings
+    from rocketq.broker.unknown_keys import unknown_key_warnings
 
     conf = tmp_path / "broker.conf"
     conf.write_text("mapedFileSizeCommitLog=1048576\nmapedFileSizeConsumeQueue=6000\n")
@@ -322,7 +322,7 @@ def test_rocketmqs_old_spelling_is_read_under_the_new_name_with_a_warning(tmp_pa
     ("xyzzy", "unknown key xyzzy in {conf}, ignored"),
 ])
 def test_each_unknown_key_is_named_with_the_nearest_known_one(tmp_path, key, says):
-    from rocketq.broker.config import unknown_key_warnings
+    from rocketq.broker.unknown_keys import unknown_key_warnings
 
     conf = tmp_path / "broker.conf"
     conf.write_text(f"brokerName=b1\n{key}=1\n")
@@ -354,7 +354,7 @@ def test_a_value_of_the_wrong_type_is_refused_naming_file_key_and_value(tmp_path
 
 
 def test_an_unknown_key_in_a_change_is_answered_with_the_nearest_known_one():
-    from rocketq.broker.config import ConfigUpdateError, check_settings
+    from rocketq.broker.config_updates import ConfigUpdateError, check_settings
 
     with pytest.raises(ConfigUpdateError,
                        match=r"flushConsumerOffsetIntervall \(did you mean "
@@ -363,7 +363,7 @@ def test_an_unknown_key_in_a_change_is_answered_with_the_nearest_known_one():
 
 
 def test_saved_changes_that_are_not_utf8_name_the_file(tmp_path):
-    from rocketq.broker.config import load_overrides, overrides_path
+    from rocketq.broker.config_updates import load_overrides, overrides_path
 
     config, store_config = load_broker_conf({"storePathRootDir": str(tmp_path)})
     path = overrides_path(store_config)

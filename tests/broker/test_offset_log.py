@@ -10,14 +10,8 @@ import time
 import orjson
 import pytest
 
-from rocketq.broker.offsets.log import (
-    OFFSET_LOG_TOPIC,
-    OffsetLog,
-    OffsetRecord,
-    compact,
-    decode_record,
-    encode_record,
-)
+from rocketq.broker.offsets.log import OFFSET_LOG_TOPIC, OffsetLog
+from rocketq.broker.offsets.log_records import OffsetRecord, compact, decode_record, encode_record
 from rocketq.broker.offsets.table import COMMIT, REMOVE_GROUP, ConsumerOffsets
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.protocol.topic import is_system_topic

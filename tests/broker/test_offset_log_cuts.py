@@ -14,7 +14,8 @@ import threading
 import orjson
 import pytest
 
-from rocketq.broker.offsets.log import OffsetLog, OffsetRecord, encode_record
+from rocketq.broker.offsets.log import OffsetLog
+from rocketq.broker.offsets.log_records import OffsetRecord, encode_record
 from rocketq.broker.offsets.requests import OffsetRequests
 from rocketq.broker.offsets.table import COMMIT, ConsumerOffsets
 from rocketq.broker.replication.slave_sync import SlaveSync

@@ -261,9 +261,9 @@ def test_halves_for_a_topic_the_broker_lacks_go_one_by_one(st):
 
 
 def test_halves_past_the_cache_budget_are_read_back_to_commit(st, monkeypatch):
-    from rocketq.broker.transactions import sink
+    from rocketq.broker.transactions import sink_state
 
-    monkeypatch.setattr(sink, "CACHE_BYTES", 200_000)  # a run of 128 KiB kept, no more
+    monkeypatch.setattr(sink_state, "CACHE_BYTES", 200_000)  # a run of 128 KiB kept, no more
     bodies = [b"%04d" % i + b"c" * 1000 for i in range(400)]
     a = prepare(st, "b12", "0.0.x", *bodies[:300])
     b = prepare(st, "b12", "1.0.y", *bodies[300:])
@@ -278,12 +278,12 @@ def test_halves_past_the_cache_budget_are_read_back_to_commit(st, monkeypatch):
 
 
 def test_halves_read_back_past_the_cache_budget_are_read_again_to_commit(st, monkeypatch):
-    from rocketq.broker.transactions import sink
+    from rocketq.broker.transactions import sink_state
 
     bodies = [b"%04d" % i + b"r" * 1000 for i in range(50)]
     a = prepare(st, "b13", "0.0.x", *bodies)
     st.stop_broker(st.brokers[0])
-    monkeypatch.setattr(sink, "CACHE_BYTES", 10_000)  # a few records kept, the rest not
+    monkeypatch.setattr(sink_state, "CACHE_BYTES", 10_000)  # a few records kept, the rest not
     st.start_broker(transactionCheckInterval=200)
     assert open_halves(st, "b13") == {"0.0.x": 50}
     singles = st.brokers[0].sinks.halves[(SINK, "b13")]["0.0.x"].single

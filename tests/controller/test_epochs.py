@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rocketq.broker.replication.replicas import EpochFile, consistent_point
+from rocketq.broker.replication.epochs import EpochFile, consistent_point
 
 
 def test_epoch_file_round_trips_and_falls_back_to_its_backup(tmp_path):

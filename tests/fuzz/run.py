@@ -38,7 +38,8 @@ INSTRUMENTED: dict[str, tuple[str, ...]] = {
     "fastjson": ("rocketq.protocol.fastjson",),
     "sql92": ("rocketq.protocol.sql92",),
     "plain_acl": ("rocketq.acl.plain",),
-    "broker_conf": ("rocketq.broker.config", "rocketq.store.config"),
+    "broker_conf": ("rocketq.broker.config", "rocketq.broker.config_updates",
+                    "rocketq.broker.properties", "rocketq.store.config"),
 }
 #: The pure codec's functions that are instrumented, one by one. ``property_value`` is left
 #: out: atheris 2.3.0 rewrites its loop wrongly on Python 3.11 and the instrumented function

@@ -30,12 +30,9 @@ from typing import Any
 import orjson
 
 from rocketq.acl.plain import AclConfigError, load_plain_acl
-from rocketq.broker.config import (
-    ConfigUpdateError,
-    check_settings,
-    load_broker_conf,
-    parse_properties,
-)
+from rocketq.broker.config import load_broker_conf
+from rocketq.broker.config_updates import ConfigUpdateError, check_settings
+from rocketq.broker.properties import parse_properties
 from rocketq.controller import Controller, ControllerConfig, ControllerState
 from rocketq.ha.protocol import HAProtocolError, ReportReader, TransferReader
 from rocketq.protocol import RemotingCommand, RequestCode, _codec, codec, fastjson

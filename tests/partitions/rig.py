@@ -96,7 +96,7 @@ def replica(net: Network, node: Node, directory: str, namesrv: str, controllers:
 
 def epochs_of(directory: str, node: Node) -> list[tuple[int, int]]:
     """The ``(epoch, start offset)`` entries of a controller-mode broker's epoch file."""
-    from rocketq.broker.replication.replicas import EpochFile
+    from rocketq.broker.replication.epochs import EpochFile
 
     return EpochFile(os.path.join(directory, node.name, "epochFileCheckpoint")).entries
 

@@ -14,6 +14,7 @@ The tables these requests change (broker/topics.py, broker/subscription_groups.p
 broker/clients.py) are not here: every send, pull and POP reads them, so they sit beside
 send/ and pull.py, and no other room has to import admin.
 
-May import: protocol, store, remoting, acl, broker.config, broker.topics,
-broker.subscription_groups, broker.clients, broker.offsets, broker.stats.
+May import: protocol, store, remoting, acl, broker.config, broker.config_updates,
+broker.properties, broker.topics, broker.subscription_groups, broker.clients, broker.offsets,
+broker.stats.
 """

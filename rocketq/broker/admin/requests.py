@@ -52,16 +52,16 @@ from ...protocol import (
 )
 from ...remoting import Connection
 from ..clients import ClientChannel, ClientTable
-from ..config import (
-    BrokerConfig,
+from ..config import BrokerConfig
+from ..config_updates import (
     ConfigUpdateError,
     apply_settings,
     check_settings,
     overrides_path,
-    parse_properties,
     save_overrides,
 )
 from ..offsets.table import ConsumerOffsets
+from ..properties import parse_properties
 from ..stats import Stats
 from ..stats.stats_items import BROKER_KEY, BROKER_WIDE
 from ..topics import TopicConfigError, TopicTable, topic_config_from_request

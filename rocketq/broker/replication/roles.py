@@ -28,8 +28,9 @@ from ...remoting.tls import TlsSettings
 from ...store import MessageStore, MessageStoreConfig
 from ...store.config import SLAVE, SYNC_MASTER
 from ..config import BrokerConfig
+from .epochs import consistent_point
 from .registration import Registration
-from .replicas import ReplicasManager, Role, consistent_point
+from .replicas import ReplicasManager, Role
 from .slave_sync import SlaveSync
 
 if TYPE_CHECKING:

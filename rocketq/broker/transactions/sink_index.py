@@ -1,4 +1,4 @@
-"""What the exactly-once sinks' index (``sink``) keeps of a txn's open half messages.
+"""What the exactly-once sinks' index (``sink_state``) keeps of a txn's open half messages.
 
 A SINK_PREPARE stores a task's rows as a *run* of consecutive halves, and the index keeps the
 run whole (:class:`SentHalves`: the request's batch body, where each element landed, and what
