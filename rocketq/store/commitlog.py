@@ -35,7 +35,8 @@ from ..protocol.message import (
 from . import records
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
 from .messages import BatchMessage, BatchResults, PutResult, PutStatus, StoreMessage
 
 __all__ = ["BatchMessage", "BatchResults", "CommitLog", "PutResult", "PutStatus",
