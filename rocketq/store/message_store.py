@@ -39,7 +39,8 @@ from .checkpoint import Checkpoint
 from .commitlog import BatchMessage, BatchResults, CommitLog, PutResult, PutStatus, StoreMessage
 from .config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
-from .dispatch import Dispatcher, DispatchListener, DispatchRunner, Schedule
+from .dispatch import Dispatcher
+from .dispatch_runner import DispatchListener, DispatchRunner, Schedule
 from .errors import DiskFullError, SlaveNotWritableError, StoreClosedError
 from .flush import CommitLogFlusher, CommitLogWarmer, GroupCommit
 from .housekeeping import Housekeeping
