@@ -4,11 +4,14 @@ Each record is RocketMQ's v1 message record byte for byte (see ``rocketq.protoco
 so a pull response is a slice of this log. One writer at a time: appends hold a lock, assign
 queue offsets and physical offsets, encode, and copy into the mapping. Everything else (the
 ConsumeQueues, the IndexFile, waking long polls) is built from these bytes by the dispatcher.
+
+The CommitLog is three modules: this one (its state, reads, and appends in Python, the
+reference), ``commitlog_room`` (the room an append needs before it writes) and
+``commitlog_compiled`` (appends through the compiled encoder).
 """
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +23,6 @@ from ..protocol import (
     validate_topic,
 )
 from ..protocol.message import (
-    BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_SIZE,
@@ -33,38 +35,21 @@ from ..protocol.message import (
     topic_field,
 )
 from . import records
+from .commitlog_compiled import CompiledAppends
+from .commitlog_room import _UNCOUNTED, END_FILE_MIN_BLANK_LENGTH, AppendRoom
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file_queue import MappedFileQueue
 from .messages import BatchMessage, BatchResults, PutResult, PutStatus, StoreMessage
 
 __all__ = ["BatchMessage", "BatchResults", "CommitLog", "PutResult", "PutStatus",
            "StoreMessage"]
 
-#: A file's tail needs room for at least the blank filler's size and magic.
-END_FILE_MIN_BLANK_LENGTH = 8
 _BLANK = SIZE_AND_MAGIC
 #: Appends of fewer messages than this take the Python path even when the compiled encoder
 #: is installed: its calls and result arrays cost more than they save on a few messages
 #: (measured: about even at 2 to 4 messages, the compiled path ahead from 4).
 _COMPILED_FROM = 4
-#: Half and rollback records get no queue offset.
-_UNCOUNTED = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
-
-
-#: Where a record's PREPAREDTRANSACTIONOFFSET is, from its start.
-_PREPARED_AT = 76
-_pack_offset = struct.Struct(">q").pack_into
-
-
-def _set_prepared(scratch: bytearray, prepared: Sequence[int], sizes: Sequence[int],
-                  k: int, done: int) -> None:
-    """Write the PREPAREDTRANSACTIONOFFSET of the records of elements ``k .. done`` that the
-    compiled encoder put back to back at the start of ``scratch`` (it writes 0 there)."""
-    at = 0
-    for i in range(k, done):
-        _pack_offset(scratch, at + _PREPARED_AT, prepared[i])
-        at += sizes[i]
 
 
 def _check_topic(topic: str) -> bytes:
@@ -75,16 +60,7 @@ def _check_topic(topic: str) -> bytes:
     return topic.encode()
 
 
-#: What ``records.encoder.batch_check`` reports, as the errors a store raises.
-_BATCH_ERRORS = {
-    1: "truncated batch element at {at}",
-    2: "bad body length in batch element at {at}",
-    3: "bad properties length in batch element at {at}",
-    4: "batch element size {value} does not add up at {at}",
-}
-
-
-class CommitLog:
+class CommitLog(CompiledAppends, AppendRoom):
     """Append-only log of message records over a MappedFileQueue."""
 
     def __init__(self, config: MessageStoreConfig) -> None:
@@ -238,29 +214,6 @@ class CommitLog:
             self._topic_parts[topic] = part
         return part
 
-    def _ensure_room(self, key: tuple[str, int], count: int) -> None:
-        """Raise DiskFullError unless ConsumeQueue files exist for ``count`` more units of
-        queue ``key`` (``make_room`` creates them if it can). Under the lock."""
-        first = self.queue_offsets.get(key, 0)
-        end = first + count
-        if end > self.queue_room.get(key, 0) and self.make_room is not None:
-            self.queue_room[key] = self.make_room(key[0], key[1], first, end)
-
-    def _trailer_room(self, batch: BatchMessage, n: int,
-                      trailer: list[tuple[StoreMessage, bytes, int]]) -> None:
-        """Before a batch of ``n`` elements is written: room for its trailer's units too
-        (DiskFullError otherwise), so the trailer cannot fail once the batch is written."""
-        if not trailer or self.make_room is None:
-            return
-        counts: dict[tuple[str, int], int] = {}
-        for m, _part, _size in trailer:
-            if m.sysflag & SysFlag.TRANSACTION_MASK not in _UNCOUNTED:
-                key = (m.topic, m.queue_id)
-                counts[key] = counts.get(key, 0) + 1
-        mine = (batch.topic, batch.queue_id)
-        for key, count in counts.items():
-            self._ensure_room(key, count + (n if key == mine else 0))
-
     def _append_locked(self, sized: list[tuple[StoreMessage, bytes, int]]) -> list[PutResult]:
         results: list[PutResult] = []
         add_result = results.append
@@ -312,27 +265,6 @@ class CommitLog:
         for cb in self.on_append:
             cb(base)
         return results
-
-    def _seal(self, f: MappedFile, free: int, parts: list[bytes], need: int
-              ) -> tuple[MappedFile, int, int]:
-        """Write ``parts`` and the blank filler that closes ``f``; return the next file, its
-        first offset and its free space (see :meth:`_tail` for ``need``)."""
-        parts.append(_BLANK.pack(free, BLANK_MAGIC))
-        f.append(b"".join(parts))
-        f.wrote_position = f.file_size
-        parts.clear()
-        return self._tail(need)
-
-    def _tail(self, need: int) -> tuple[MappedFile, int, int]:
-        """The file appends go to, the CommitLog offset of its end and its free space, with
-        the blocks of its next ``need`` bytes and a blank filler reserved
-        (``MappedFile.reserve``): an append that finds no room on the disk is refused here,
-        before it assigns a queue offset, not half-way through writing."""
-        f = self.files.last_for_write()
-        end = f.wrote_position + need + END_FILE_MIN_BLANK_LENGTH
-        if end > f.reserved_to:
-            f.reserve(min(end, f.file_size))
-        return f, f.from_offset + f.wrote_position, f.free_space
 
     def append_batch(self, batch: BatchMessage) -> Sequence[PutResult]:
         """Append a batch's elements as consecutive records of its queue, then its trailer
@@ -430,152 +362,3 @@ class CommitLog:
             cb(base)
         return results
 
-    # ------------------------------------------------------------------ compiled batches
-    def _append_batch_compiled(self, batch: BatchMessage,
-                               trailer: list[tuple[StoreMessage, bytes, int]]) -> BatchResults:
-        """:meth:`append_batch` through the compiled encoder: one call checks the batch,
-        one call per file writes its records (the interpreter lock released meanwhile)."""
-        impl = records.encoder
-        body, suffix = batch.body, batch.suffix
-        # The topic field's length only moves the record size limit; it is looked up (and
-        # the topic checked) after the batch's own errors, as the Python path reports them.
-        topic_len = len(batch.topic.encode()) + 1
-        n, error, at, value = impl.batch_check(
-            body, len(suffix), RECORD_FIXED_SIZE + topic_len, self._max_body,
-            MAX_PROPERTIES_SIZE, self._max_record)
-        if error in _BATCH_ERRORS:
-            raise MessageIllegalError(
-                "bad batch: " + _BATCH_ERRORS[error].format(at=at, value=value))
-        if not n:
-            raise MessageIllegalError("empty batch")
-        if batch.queue_id < 0:
-            raise MessageIllegalError(f"queue id {batch.queue_id} is negative")
-        topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
-        if error == 5:
-            raise MessageTooLargeError(
-                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
-        if error == 6:
-            raise PropertiesTooLargeError(
-                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
-        if error:
-            raise MessageTooLargeError("the record does not fit in a CommitLog file")
-        # At most this many bytes of records: the body and, per element, a record's fixed
-        # part, the topic, the suffix and a separator.
-        need = len(body) + n * (RECORD_FIXED_SIZE + len(topic_part) + len(suffix) + 1)
-        with self.lock:
-            self._trailer_room(batch, n, trailer)
-            results = self._append_batch_encoded(batch, n, topic_part, need)
-            if trailer:
-                results.tail = self._append_locked(trailer)
-            return results
-
-    def _append_batch_encoded(self, batch: BatchMessage, n: int, topic_part: bytes,
-                              need: int) -> BatchResults:
-        tran = batch.sysflag & SysFlag.TRANSACTION_MASK
-        counted = tran != SysFlag.TRANSACTION_PREPARED and tran != SysFlag.TRANSACTION_ROLLBACK
-        key = (batch.topic, batch.queue_id)
-        if counted and self.make_room is not None:
-            self._ensure_room(key, n)
-        queue_offset = self.queue_offsets.get(key, 0) if counted else 0
-        now = int(time.time() * 1000)
-        results = BatchResults(n, now, queue_offset, counted, self.msg_id_prefix)
-        scratch = self._scratch
-        assert scratch is not None
-        if len(scratch) < need:
-            scratch = self._scratch = bytearray(need)
-        encode = records.encoder.batch_encode
-        f, base, free = self._tail(need)
-        pos = k = 0
-        while True:
-            w, pos, done, base, queue_offset = encode(
-                scratch, 0, batch.body, pos, k, n, topic_part, batch.suffix, free, base,
-                batch.queue_id, queue_offset, counted, batch.sysflag, batch.born_timestamp,
-                batch.born_host, batch.born_port, now, self.store_host, self.store_port,
-                batch.reconsume_times, results.offsets, results.sizes)
-            if w:
-                if batch.prepared_offsets is not None:
-                    _set_prepared(scratch, batch.prepared_offsets, results.sizes, k, done)
-                f.append(memoryview(scratch)[:w])
-                free -= w
-            if done >= n:
-                break
-            if done == k and w == 0 and f.wrote_position == 0:
-                raise MessageTooLargeError("the record does not fit in a CommitLog file")
-            if counted:  # the records written hold these offsets, whatever follows
-                self.queue_offsets[key] = queue_offset
-            f, base, free = self._seal(f, free, [], need)
-            k = done
-        if counted:
-            self.queue_offsets[key] = queue_offset
-        for cb in self.on_append:
-            cb(base)
-        return results
-
-    # ------------------------------------------------------------------ compiled appends
-    def _append_compiled(self, messages: Sequence[StoreMessage]) -> Sequence[PutResult]:
-        """:meth:`append` through the compiled encoder: one call checks the messages, one
-        call per file (or per filled buffer) writes their records."""
-        impl = records.encoder
-        msgs = messages if type(messages) is list else list(messages)
-        parts = self._topic_parts
-        counts: dict[tuple[str, int], int] = {}
-        start = 0
-        while True:
-            error, at, value = impl.messages_check(
-                msgs, start, parts, RECORD_FIXED_SIZE, self._max_body, MAX_PROPERTIES_SIZE,
-                self._max_record, counts)
-            if error != 1:
-                break
-            self._topic_part(msgs[at].topic)  # raises for an illegal topic
-            if msgs[at].topic not in parts:  # too many topics to keep them all
-                return self._append_python(msgs)
-            start = at
-        if error == 5:
-            raise MessageTooLargeError(
-                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
-        if error == 6:
-            raise PropertiesTooLargeError(
-                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
-        if error == 7:
-            raise MessageTooLargeError("the record does not fit in a CommitLog file")
-        if error == 8:
-            raise MessageIllegalError(f"queue id {value} is negative")
-        with self.lock:
-            return self._append_encoded(msgs, counts)
-
-    def _append_encoded(self, msgs: list[StoreMessage],
-                        counts: dict[tuple[str, int], int]) -> BatchResults:
-        if self.make_room is not None:
-            for key, count in counts.items():
-                self._ensure_room(key, count)
-        n = len(msgs)
-        now = int(time.time() * 1000)
-        results = BatchResults(n, now, 0, True, self.msg_id_prefix, each_queue=True)
-        encode = records.encoder.messages_encode
-        scratch = self._scratch
-        assert scratch is not None
-        f, base, free = self._tail(len(scratch))
-        k = 0
-        while k < n:
-            # One call writes at most a scratch buffer of records into the file.
-            if f.wrote_position + len(scratch) + END_FILE_MIN_BLANK_LENGTH > f.reserved_to:
-                f.reserve(min(f.file_size,
-                              f.wrote_position + len(scratch) + END_FILE_MIN_BLANK_LENGTH))
-            w, done, base = encode(scratch, 0, msgs, k, self._topic_parts, free, base,
-                                   self.queue_offsets, now, self.store_host, self.store_port,
-                                   results.offsets, results.sizes, results.queue_numbers)
-            if w:
-                f.append(memoryview(scratch)[:w])
-                free -= w
-            elif done == k:  # the next record fits neither the file nor the buffer
-                m = msgs[k]
-                size = (RECORD_FIXED_SIZE + len(m.body) + len(self._topic_parts[m.topic])
-                        + len(m.properties))
-                if size + END_FILE_MIN_BLANK_LENGTH > free:
-                    f, base, free = self._seal(f, free, [], len(scratch))
-                else:
-                    scratch = self._scratch = bytearray(size)
-            k = done
-        for cb in self.on_append:
-            cb(base)
-        return results

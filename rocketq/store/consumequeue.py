@@ -14,7 +14,8 @@ import threading
 from collections.abc import Iterable
 
 from .allocation import data_segments
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
 
 UNIT_SIZE = 20
 #: Bytes read at a time when the end of a file is searched for.

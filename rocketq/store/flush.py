@@ -25,7 +25,8 @@ from .config import MessageStoreConfig
 from .consumequeue import ConsumeQueueTable
 from .errors import is_disk_full
 from .index import Index
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("rocketq.store")
 

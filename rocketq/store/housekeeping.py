@@ -23,7 +23,7 @@ from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .config import MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueueTable
-from .dispatch import DispatchRunner
+from .dispatch_runner import DispatchRunner
 from .errors import DiskFullError, is_disk_full
 from .flush import flush_logics
 from .index import Index

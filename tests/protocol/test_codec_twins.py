@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rocketq.protocol import _codec as pure
 from rocketq.protocol import codec
 from rocketq.protocol.message import RECORD_HEADER, MessageRecord, encode_record
-from rocketq.store.index import index_key_hash
+from rocketq.store.index_hash import index_key_hash
 
 try:
     from rocketq.protocol import _ccodec as compiled

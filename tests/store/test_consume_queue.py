@@ -7,7 +7,7 @@ import os
 import pytest
 
 from rocketq.store.consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
-from rocketq.store.mapped_file import offset_to_name
+from rocketq.store.mapped_file_queue import offset_to_name
 
 #: Ten units a file, so a few dozen units span several files.
 FILE_SIZE = 10 * UNIT_SIZE

@@ -21,7 +21,8 @@ from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage, record
 from rocketq.store.commitlog import BatchMessage
 from rocketq.store.consumequeue import ConsumeQueue
 from rocketq.store.dispatch import Dispatcher
-from rocketq.store.index import ENTRY, Index
+from rocketq.store.index import Index
+from rocketq.store.index_file import ENTRY
 
 needs_compiled = pytest.mark.skipif(not records.COMPILED,
                                     reason="the compiled records are not in use")

@@ -7,7 +7,8 @@ import struct
 import time
 
 from rocketq.store import MessageStore, StoreMessage
-from rocketq.store.index import HEADER, index_key_hash
+from rocketq.store.index_file import HEADER
+from rocketq.store.index_hash import index_key_hash
 
 from .conftest import small_config
 
@@ -90,7 +91,8 @@ def test_bulk_index_writes_the_same_bytes_as_one_at_a_time(tmp_path):
 
     import numpy as np
 
-    from rocketq.store.index import IndexFile, index_key_hashes
+    from rocketq.store.index_file import IndexFile
+    from rocketq.store.index_hash import index_key_hashes
 
     rng = random.Random(7)
     keys = [f"T#{rng.choice(['k', 'key', 'ключ', 'polygenelubricants'])}{rng.randrange(50)}"
@@ -127,7 +129,7 @@ def test_index_service_bulk_and_small_batches_agree(tmp_path):
 
 
 def test_keys_of_one_length_hash_as_one_at_a_time():
-    from rocketq.store.index import index_key_hashes
+    from rocketq.store.index_hash import index_key_hashes
 
     keys = [f"Orders#{i:032X}".encode() for i in range(500)] + [b"Orders#" + b"\xff" * 32]
     keys[7] = "Orders#ключ".encode().ljust(len(keys[0]), b"x")  # not ASCII: hashed alone
@@ -136,7 +138,7 @@ def test_keys_of_one_length_hash_as_one_at_a_time():
 
 
 def test_reopening_after_a_crash_drops_torn_entries_and_the_last_records_keys(tmp_path):
-    from rocketq.store.index import ENTRY, IndexFile
+    from rocketq.store.index_file import ENTRY, IndexFile
 
     path = str(tmp_path / "20260101000000000")
     f = IndexFile(path, 64, 100, create=True)

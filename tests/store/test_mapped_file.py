@@ -38,7 +38,8 @@ def test_zero_from_clears_what_was_written_past_the_cut(tmp_path):
 
 
 def test_a_creation_cut_short_is_cleared_at_load(tmp_path):
-    from rocketq.store.mapped_file import TMP_SUFFIX, MappedFileQueue, offset_to_name
+    from rocketq.store.mapped_file import TMP_SUFFIX
+    from rocketq.store.mapped_file_queue import MappedFileQueue, offset_to_name
 
     directory = tmp_path / "q"
     files = MappedFileQueue(str(directory), 1000)
@@ -61,7 +62,7 @@ def test_a_creation_cut_short_is_cleared_at_load(tmp_path):
 
 def test_a_short_file_with_data_is_still_refused(tmp_path):
     from rocketq.store.errors import StoreCorruptError
-    from rocketq.store.mapped_file import MappedFileQueue, offset_to_name
+    from rocketq.store.mapped_file_queue import MappedFileQueue, offset_to_name
 
     directory = tmp_path / "q"
     directory.mkdir()
@@ -72,7 +73,7 @@ def test_a_short_file_with_data_is_still_refused(tmp_path):
 
 
 def test_files_are_made_under_a_temporary_name(tmp_path, monkeypatch):
-    from rocketq.store import mapped_file
+    from rocketq.store import mapped_file, mapped_file_queue
 
     seen = []
     real = os.posix_fallocate
@@ -82,11 +83,11 @@ def test_files_are_made_under_a_temporary_name(tmp_path, monkeypatch):
         return real(fd, offset, size)
 
     monkeypatch.setattr(mapped_file.os, "posix_fallocate", watch)
-    files = mapped_file.MappedFileQueue(str(tmp_path / "q"), 1000)
+    files = mapped_file_queue.MappedFileQueue(str(tmp_path / "q"), 1000)
     files.create(0)
     files.close()
-    assert seen == [[mapped_file.offset_to_name(0) + mapped_file.TMP_SUFFIX]]
-    assert os.listdir(tmp_path / "q") == [mapped_file.offset_to_name(0)]
+    assert seen == [[mapped_file_queue.offset_to_name(0) + mapped_file.TMP_SUFFIX]]
+    assert os.listdir(tmp_path / "q") == [mapped_file_queue.offset_to_name(0)]
 
 
 def test_a_held_file_is_unmapped_when_its_reader_lets_go_or_after_the_forced_interval(

@@ -11,7 +11,8 @@ import struct
 import pytest
 
 from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
-from rocketq.store.mapped_file import PWRITE_MIN_SIZE, MappedFileQueue
+from rocketq.store.mapped_file import PWRITE_MIN_SIZE
+from rocketq.store.mapped_file_queue import MappedFileQueue
 
 from .conftest import small_config
 

@@ -24,7 +24,9 @@ from rocketq.store.commitlog import BatchMessage, CommitLog, PutResult, PutStatu
 from rocketq.store.consumequeue import ConsumeQueue
 from rocketq.store.dispatch import Dispatcher
 from rocketq.store.errors import MessageIllegalError
-from rocketq.store.index import Index, IndexFile, index_key_hash
+from rocketq.store.index import Index
+from rocketq.store.index_file import IndexFile
+from rocketq.store.index_hash import index_key_hash
 
 from .conftest import small_config
 

@@ -14,7 +14,7 @@ import pytest
 from rocketq.protocol.message import MessageFormatError, MessageRecord, encode_record
 from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
 from rocketq.store.checkpoint import Checkpoint
-from rocketq.store.index import ENTRY
+from rocketq.store.index_file import ENTRY
 
 from .crash_writer import crash_config
 
@@ -250,7 +250,7 @@ def test_sigkill_then_torn_tail_by_hand(tmp_path):
 SPLIT_WRITER = r"""
 import os, signal, sys, time
 from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage
-from rocketq.store.index import IndexFile
+from rocketq.store.index_file import IndexFile
 
 flush = IndexFile.flush
 

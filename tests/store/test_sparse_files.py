@@ -15,8 +15,9 @@ import pytest
 
 from rocketq.store import MessageStore, StoreMessage
 from rocketq.store.allocation import reserve_step
-from rocketq.store.index import ENTRY_STEP, IndexFile
-from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.index_file import ENTRY_STEP, IndexFile
+from rocketq.store.mapped_file import MappedFile
+from rocketq.store.mapped_file_queue import MappedFileQueue
 
 from .conftest import small_config
 

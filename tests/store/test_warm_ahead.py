@@ -15,7 +15,8 @@ import pytest
 
 from rocketq.store import MessageStore, StoreMessage
 from rocketq.store.flush import CommitLogWarmer
-from rocketq.store.mapped_file import ZERO_AHEAD_CHUNK, MappedFileQueue
+from rocketq.store.mapped_file import ZERO_AHEAD_CHUNK
+from rocketq.store.mapped_file_queue import MappedFileQueue
 
 from .conftest import small_config
 from .test_pwrite_appends import record
@@ -149,7 +150,7 @@ import os, struct, sys
 sys.path.insert(0, sys.argv[2])
 from rocketq.store import DiskFullError
 from rocketq.store.flush import CommitLogWarmer
-from rocketq.store.mapped_file import MappedFileQueue
+from rocketq.store.mapped_file_queue import MappedFileQueue
 from tests.store.test_pwrite_appends import record
 
 root = sys.argv[1]
