@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
@@ -64,10 +65,8 @@ class Housekeeping:
     _stop: threading.Event
     _logics_lock: threading.Lock
     _clean_lock: threading.Lock
-
-    def confirm_offset(self) -> int:
-        """The confirm offset to checkpoint: :class:`MessageStore` says."""
-        raise NotImplementedError
+    #: The confirm offset to checkpoint (``Replication.confirm_offset``).
+    confirm_offset: Callable[[], int]
 
     def _flush_logics(self) -> None:
         with self._logics_lock:
