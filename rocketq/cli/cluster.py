@@ -18,28 +18,15 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import string
-import sys
-from dataclasses import dataclass
 from typing import Any
 
-ROCKETQ = [sys.executable, "-m", "rocketq.cli"]
+from .cluster_children import Child, _spawn, _supervise
+from .cluster_masters import MasterWatch
+
 #: Where ``rocketq cluster`` keeps its children's stores, configs and logs by default.
 DEFAULT_DATA_DIR = "./rocketq-cluster"
-#: How long the start waits for every group to have a master before it says which one.
-ELECTION_WAIT = 20.0
-#: How often the NameServer is asked for the masters, to report a change.
-WATCH_INTERVAL = 1.0
-#: A broker that exits is started again after RESTART_FIRST seconds (longer than a failover
-#: takes: a master started again sooner could be elected again), doubling to
-#: RESTART_MOST while each run lasts under STEADY seconds; after RESTART_LIMIT such short
-#: runs in a row it is left down.
-RESTART_FIRST = 5.0
-RESTART_MOST = 30.0
-STEADY = 60.0
-RESTART_LIMIT = 5
 
 
 def free_port(pair: bool = False, avoid: frozenset[int] = frozenset()) -> int:
@@ -62,29 +49,6 @@ def free_port(pair: bool = False, avoid: frozenset[int] = frozenset()) -> int:
     raise OSError("no free port pair on 127.0.0.1")
 
 
-async def _spawn(args: list[str], log_path: str, timeout: float = 30
-                 ) -> asyncio.subprocess.Process:
-    """Start ``rocketq <args>`` and wait for its "listening" line; its log goes to a file."""
-    with open(log_path, "ab") as log:
-        proc = await asyncio.create_subprocess_exec(
-            *ROCKETQ, *args, stdout=asyncio.subprocess.PIPE, stderr=log)
-    assert proc.stdout is not None
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                line = await proc.stdout.readline()
-                if not line:
-                    code = await proc.wait()
-                    raise OSError(f"rocketq {args[0]} {exit_text(code)}; see {log_path}")
-                if b"listening" in line:
-                    return proc
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        raise
-
-
 def group_names(count: int) -> list[str]:
     """broker-a, broker-b, ... (then broker-aa, broker-ab, ...)."""
     letters = string.ascii_lowercase
@@ -93,180 +57,6 @@ def group_names(count: int) -> list[str]:
         suffix = letters[i] if i < 26 else letters[i // 26 - 1] + letters[i % 26]
         names.append(f"broker-{suffix}")
     return names
-
-
-def exit_text(code: int) -> str:
-    """How a child process ended: its exit status, or the signal that killed it."""
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-@dataclass
-class Child:
-    """A child process of the cluster and what it is."""
-
-    label: str  # "NameServer", "controller", "broker-a replica 0"
-    proc: asyncio.subprocess.Process
-    #: Whether the cluster cannot go on without it (the NameServer, the controller).
-    essential: bool = False
-    port: int | None = None
-    #: How to start it again (``rocketq`` arguments, its log): set for brokers.
-    argv: list[str] | None = None
-    log_path: str = ""
-    #: When it was last started (the loop's clock), and its short runs in a row.
-    started: float = 0.0
-    short_runs: int = 0
-
-    def describe(self) -> str:
-        return f"{self.label} (pid {self.proc.pid})"
-
-    def restart_delay(self, now: float) -> float | None:
-        """Seconds to wait before starting it again after an exit at ``now``, or None when
-        it is to stay down (not a broker, or RESTART_LIMIT short runs in a row)."""
-        if self.argv is None:
-            return None
-        self.short_runs = self.short_runs + 1 if now - self.started < STEADY else 1
-        if self.short_runs > RESTART_LIMIT:
-            return None
-        return min(RESTART_FIRST * 2 ** (self.short_runs - 1), RESTART_MOST)
-
-
-class MasterWatch:
-    """Which replica each broker group's master is, as the NameServer sees it: printed once
-    every group has one (or the wait is over), then again whenever one changes."""
-
-    def __init__(self, namesrv: str, groups: list[str], brokers: list[Child],
-                 **client: Any) -> None:
-        from ..client.admin import AsyncAdmin
-
-        self.admin = AsyncAdmin(namesrv, **client)
-        self.groups = groups
-        self.by_port = {child.port: child for child in brokers}
-        self.current: dict[str, str | None] = {}
-        #: Each group's last master seen, through an interregnum without one.
-        self.last: dict[str, str] = {}
-
-    async def masters(self) -> dict[str, str] | None:
-        """``group -> master address``, or None when the NameServer does not answer."""
-        from ..client.errors import ClientError
-
-        try:
-            return await self.admin.masters()
-        except (ClientError, OSError):
-            return None
-
-    def line(self, group: str, addr: str | None) -> str:
-        """``broker-a master: 127.0.0.1:PORT (replica 1, pid N)``, and what it was."""
-        if addr is None:
-            text = f"{group} master: none (until the controller elects one)"
-        else:
-            port = addr.rpartition(":")[2]
-            child = self.by_port.get(int(port)) if port.isdigit() else None
-            label = child.label.removeprefix(f"{group} ") if child else ""
-            text = f"{group} master: {addr}" + (f" ({label}, pid {child.proc.pid})"
-                                                 if child else "")
-        before = self.last.get(group)
-        return text + (f", was {before}" if before and before != addr else "")
-
-    def _set(self, group: str, addr: str | None) -> None:
-        self.current[group] = addr
-        if addr is not None:
-            self.last[group] = addr
-
-    async def first(self, timeout: float = ELECTION_WAIT) -> None:
-        """Wait until every group has a master, for at most ``timeout`` seconds; print them."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        masters: dict[str, str] = {}
-        while loop.time() < deadline:
-            masters = await self.masters() or {}
-            if all(group in masters for group in self.groups):
-                break
-            await asyncio.sleep(0.25)
-        for group in self.groups:
-            print(self.line(group, masters.get(group)), flush=True)
-            self._set(group, masters.get(group))
-
-    async def watch(self, interval: float = WATCH_INTERVAL) -> None:
-        """Print each change of a group's master, until cancelled."""
-        while True:
-            await asyncio.sleep(interval)
-            masters = await self.masters()
-            if masters is None:
-                continue
-            for group in self.groups:
-                addr = masters.get(group)
-                if addr != self.current.get(group):
-                    print(self.line(group, addr), flush=True)
-                    self._set(group, addr)
-
-    async def close(self) -> None:
-        await self.admin.close()
-
-
-async def _restart(child: Child, delay: float) -> Child:
-    """Start ``child`` again after ``delay`` seconds, with the arguments it had."""
-    assert child.argv is not None
-    await asyncio.sleep(delay)
-    child.started = asyncio.get_running_loop().time()  # a failed start is a short run too
-    child.proc = await _spawn(child.argv, child.log_path)
-    print(f"{child.label} restarted: 127.0.0.1:{child.port} (pid {child.proc.pid})",
-          flush=True)
-    return child
-
-
-async def _supervise(children: list[Child], watch: MasterWatch, stop: asyncio.Event,
-                     restart: bool = True) -> None:
-    """Until ``stop`` is set or an essential child exits: report each child that exits (a
-    broker's exit is what a failover follows) and each change of master, and start an
-    exited broker again (``restart``; see ``Child.restart_delay``)."""
-    loop = asyncio.get_running_loop()
-    waits = {asyncio.ensure_future(child.proc.wait()): child for child in children}
-    restarts: dict[asyncio.Future[Child], Child] = {}
-    stopping = asyncio.ensure_future(stop.wait())
-    watching = asyncio.ensure_future(watch.watch())
-
-    def again(child: Child, why: str) -> None:
-        delay = child.restart_delay(loop.time()) if restart else None
-        if delay is None:
-            print(f"{child.label} is left down" + (
-                f" ({why}; it exited {RESTART_LIMIT} times within {STEADY:g} s of its start; "
-                f"see {child.log_path})" if restart and child.argv else
-                " (--no-restart)" if child.argv else ""), flush=True)
-            return
-        print(f"restarting {child.label} in {delay:g} s", flush=True)
-        restarts[asyncio.ensure_future(_restart(child, delay))] = child
-
-    try:
-        while True:
-            done, _ = await asyncio.wait([stopping, *waits, *restarts],
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if stopping in done:
-                return
-            for task in done:
-                if task in restarts:
-                    child = restarts.pop(task)
-                    if task.exception() is not None:
-                        print(f"{child.label} did not start again: {task.exception()}",
-                              flush=True)
-                        again(child, "it did not start")
-                    else:
-                        waits[asyncio.ensure_future(child.proc.wait())] = child
-                    continue
-                child = waits.pop(task)
-                print(f"{child.describe()} {exit_text(task.result())}"
-                      + ("; stopping the cluster" if child.essential else ""), flush=True)
-                if child.essential:
-                    return
-                again(child, "it keeps exiting")
-    finally:
-        for task in (stopping, watching, *waits, *restarts):
-            task.cancel()
-        await asyncio.gather(stopping, watching, *waits, *restarts, return_exceptions=True)
 
 
 def cluster_security(config: str | None, data: str) -> tuple[list[str], dict[str, Any]]:

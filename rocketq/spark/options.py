@@ -1,5 +1,6 @@
-"""The read options of ``format("rocketq")`` that users of Spark's Kafka source reach for, and
-the lag Kafka's source reports, computed from a query's progress.
+"""The options of ``format("rocketq")``: how any of them is read, the read options that users
+of Spark's Kafka source reach for, and the lag Kafka's source reports, computed from a
+query's progress.
 
 - Which queues a read covers: ``topic`` (or Kafka's spelling ``subscribe``),
   ``subscribePattern`` or ``assign``; exactly one (``QueueSelection``).
@@ -8,8 +9,11 @@ the lag Kafka's source reports, computed from a query's progress.
 - ``offsets_behind``: Kafka's ``*OffsetsBehindLatest`` metrics from a progress. Spark's
   Python data sources cannot fill a source's ``metrics`` in the progress, but they do report
   the latest offsets there, and the lag follows from those and the batch's end offsets.
+- How any option's value is read: names case-insensitive (``_lower``), a missing
+  required one named (``_option``), durations (``_duration``) and flags (``_flag``).
 
-Nothing here imports Spark: the readers use it on the driver, and it is tested without Spark.
+Nothing here imports Spark: the readers and writers use it on the driver, and it is tested
+without Spark.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import re
 from typing import Any
 
 from . import broker_io
-from .broker_io import PLAIN, Access, QueueKey
+from .access import PLAIN, Access
+from .broker_io import QueueKey
 
 #: The options naming what to read, as users write them; a read takes exactly one.
 SELECTORS = ("topic", "subscribe", "subscribePattern", "assign")
@@ -29,6 +34,39 @@ LAG_METRICS = ("minOffsetsBehindLatest", "maxOffsetsBehindLatest", "avgOffsetsBe
 
 #: A queue as an option names it: ``(broker name, or None for every broker, queue id)``.
 QueueRef = tuple[str | None, int]
+
+
+def _lower(options: Any) -> dict[str, str]:
+    """Spark's options are case-insensitive: keep them with lowercase keys."""
+    return {str(k).lower(): v for k, v in dict(options).items()}
+
+
+def _option(options: dict[str, str], name: str, default: str | None = None) -> str:
+    value = options.get(name.lower(), default)
+    if value is None:
+        raise ValueError(f"the rocketq data source needs the option {name!r}")
+    return value
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(name: str, value: str) -> float:
+    """Seconds of a duration option: ``500ms``, ``30s``, ``15m``, ``1h``, or milliseconds."""
+    text = str(value).strip().lower()
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[:-len(unit)].strip().replace(".", "", 1).isdigit():
+            return float(text[:-len(unit)]) * _UNITS[unit]
+    if text.isdigit():
+        return int(text) / 1000
+    raise ValueError(f"{name} must be a duration such as 500ms, 30s or 15m, not {value!r}")
+
+
+def _flag(options: dict[str, str], name: str, default: str = "false") -> bool:
+    value = _option(options, name, default).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    return value == "true"
 
 
 def queue_ref(option: str, topic: str, item: Any) -> QueueRef:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..client.errors import BrokerError, MessageValidationError
@@ -43,6 +44,7 @@ from ..protocol import (
 )
 from ..protocol.codec import encode_batch
 from ..protocol.message import MAX_PROPERTIES_SIZE
+from .access import PLAIN, Access, _worker_client
 
 SEND_WINDOW = 8  # requests in flight per writing task
 BATCH_BYTES = 128 * 1024  # rows' bytes per request, at most (one row may pass it alone)
@@ -315,6 +317,22 @@ def send_rows(loop: _LoopThread, make_producer: Callable[[], Any], default_topic
             # The write failed already: its error is the one the task reports.
             log.warning("stopping the producer of a failed write", exc_info=True)
     return Sent(counts, addrs)
+
+
+def send_batches(namesrv: str, default_topic: str | None, group: str,
+                 batches: Iterable[Any], halves: Halves | None = None,
+                 access: Access = PLAIN) -> Sent:
+    """Send each row of Arrow record batches as a message (see :func:`send_rows`: the rows are read
+    on this thread and sent in batches from the worker's event loop, up to SEND_WINDOW
+    requests in flight). The first failed send raises (the Spark task then fails and is
+    retried: at least once). With ``halves``, the rows go as half messages, each sent once
+    (no retry: a failed task's halves are rolled back, and its retry sends them under a new
+    txn). Columns: ``body`` (binary or string), optional ``topic`` (used when there is no
+    ``default_topic``), ``tags``, ``keys`` (a string or a list of strings), ``properties``
+    (a map)."""
+    loop, _client = _worker_client(access)
+    return send_rows(loop, partial(access.producer, group, namesrv), default_topic, batches,
+                     halves)
 
 
 def _raise_first(futures: list[concurrent.futures.Future[dict[str, int]]]) -> None:

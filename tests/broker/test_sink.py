@@ -11,7 +11,7 @@ from rocketq.remoting import RemotingClient, run
 
 pa = pytest.importorskip("pyarrow")
 
-from rocketq.spark import broker_io  # noqa: E402
+from rocketq.spark import broker_io, pulls, sink_commits, writes  # noqa: E402
 
 from ..conftest import wait_for  # noqa: E402
 
@@ -24,8 +24,8 @@ def rows(*bodies: bytes):
 
 def prepare(st, batch: str, txn: str, *bodies: bytes, check_after_s: int = 900,
             topic: str = "Out"):
-    sent = broker_io.send_batches(st.namesrv, topic, "pg", rows(*bodies),
-                                  broker_io.Halves(SINK, batch, txn, check_after_s))
+    sent = writes.send_batches(st.namesrv, topic, "pg", rows(*bodies),
+                               writes.Halves(SINK, batch, txn, check_after_s))
     return sent
 
 
@@ -34,7 +34,7 @@ def visible(st, topic: str = "Out") -> list[bytes]:
     out = []
     for (t, broker, addr, qid), (low, high) in broker_io.queue_offsets(st.namesrv,
                                                                         [topic]).items():
-        for batch in broker_io.pull_batches(addr, t, qid, low, high, broker):
+        for batch in pulls.pull_batches(addr, t, qid, low, high, broker):
             out.extend(batch.column("body").to_pylist())
     return sorted(out)
 
@@ -44,7 +44,7 @@ def open_halves(st, batch):
 
 
 def commit(st, batch, decision, addrs=None):
-    return broker_io.commit_sink(st.namesrv, ["Out"], addrs or {}, SINK, batch, decision)
+    return sink_commits.commit_sink(st.namesrv, ["Out"], addrs or {}, SINK, batch, decision)
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_a_decision_that_counts_halves_the_broker_lacks_is_refused(st):
 def test_abort_rolls_the_batch_back(st):
     prepare(st, "b3", "0.0.x", b"gone")
     assert open_halves(st, "b3") == {"0.0.x": 1}
-    broker_io.abort_sink(st.namesrv, ["Out"], {}, SINK, "b3")
+    sink_commits.abort_sink(st.namesrv, ["Out"], {}, SINK, "b3")
     assert open_halves(st, "b3") == {}
     # A later run of the batch commits its own attempt.
     a = prepare(st, "b3", "0.1.y", b"kept")
@@ -213,8 +213,8 @@ def test_a_commit_builds_the_committed_messages_without_reading_a_half(st, monke
         "properties": [[("region", "eu")], None]},
         schema=pa.schema([("body", pa.binary()), ("tags", pa.string()), ("keys", pa.string()),
                           ("properties", pa.map_(pa.string(), pa.string()))]))]
-    sent = broker_io.send_batches(st.namesrv, "Out", "pg", batch,
-                                  broker_io.Halves(SINK, "b9", "0.0.x", 900))
+    sent = writes.send_batches(st.namesrv, "Out", "pg", batch,
+                               writes.Halves(SINK, "b9", "0.0.x", 900))
     broker = st.brokers[0]
     store = broker.store
     reads = []
@@ -256,7 +256,7 @@ def test_halves_sent_one_by_one_and_halves_before_a_restart_are_found_by_reading
 
 def test_halves_for_a_topic_the_broker_lacks_go_one_by_one(st):
     a = prepare(st, "b11", "0.0.x", b"n1", b"n2", topic="Created")  # created by the sends
-    broker_io.commit_sink(st.namesrv, ["Created"], a.addrs, SINK, "b11", {"0.0.x": a.counts})
+    sink_commits.commit_sink(st.namesrv, ["Created"], a.addrs, SINK, "b11", {"0.0.x": a.counts})
     assert visible(st, "Created") == [b"n1", b"n2"]
 
 

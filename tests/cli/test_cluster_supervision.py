@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from rocketq.acl import Credentials
-from rocketq.cli.cluster import RESTART_LIMIT, Child
+from rocketq.cli.cluster_children import RESTART_LIMIT, Child
 from rocketq.protocol import RemotingCommand, RequestCode, ResponseCode
 from rocketq.remoting import RemotingClient
 

@@ -65,7 +65,7 @@ def test_chunks_hold_at_most_the_limit_and_a_larger_element_alone():
 def test_every_row_is_stored_once_and_a_refusal_fails_the_task(servers):
     servers.create_topic("WritesOut", 4)
     batches = [rows(body=[b"%d-%d" % (n, i) for i in range(5000)]) for n in range(3)]
-    sent = broker_io.send_batches(servers.namesrv, "WritesOut", "pg", batches)
+    sent = writes.send_batches(servers.namesrv, "WritesOut", "pg", batches)
     assert sent.count == 15000 and set(sent.addrs) == set(sent.counts)
     servers.brokers[0].store.wait_dispatched()  # queue offsets move as the log dispatches
     stored = sum(high for _low, high in
@@ -74,6 +74,6 @@ def test_every_row_is_stored_once_and_a_refusal_fails_the_task(servers):
     servers.brokers[0].config.brokerPermission = 4  # read only: sends are refused
     try:
         with pytest.raises(Exception, match="forbidden"):
-            broker_io.send_batches(servers.namesrv, "WritesOut", "pg", batches)
+            writes.send_batches(servers.namesrv, "WritesOut", "pg", batches)
     finally:
         servers.brokers[0].config.brokerPermission = 6

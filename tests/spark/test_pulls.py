@@ -9,7 +9,7 @@ from rocketq.protocol.message import decode_records
 
 pytest.importorskip("pyarrow")
 
-from rocketq.spark import SCHEMA, broker_io  # noqa: E402
+from rocketq.spark import SCHEMA, pulls  # noqa: E402
 from rocketq.spark.columns import ARROW_SCHEMA  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def test_pipelined_pulls_return_each_offset_once_in_order(servers, window, depth
     topic = sent[0].queue.topic
     addr = servers.brokers[0].address
     got = []
-    puller = broker_io.RangePuller(addr, topic, 0, 5, 33, window=window, depth=depth)
+    puller = pulls.RangePuller(addr, topic, 0, 5, 33, window=window, depth=depth)
     while not puller.done:
         body, begin, stop = puller.next_body()
         if body:
@@ -39,8 +39,8 @@ def test_pipelined_pulls_return_each_offset_once_in_order(servers, window, depth
 def test_batches_match_the_spark_schema_and_filter_tags(servers):
     sent = _send(servers, "Arrow", 30, properties={"p": "v"})
     addr = servers.brokers[0].address
-    batches = list(broker_io.pull_batches(addr, "Arrow", 0, 0, 100, "broker-a",
-                                          rows_per_batch=8))
+    batches = list(pulls.pull_batches(addr, "Arrow", 0, 0, 100, "broker-a",
+                                      rows_per_batch=8))
     assert all(b.schema == ARROW_SCHEMA for b in batches)
     assert [f.name for f in ARROW_SCHEMA] == SCHEMA.fieldNames()
     rows = [row for b in batches for row in b.to_pylist()]
@@ -50,7 +50,7 @@ def test_batches_match_the_spark_schema_and_filter_tags(servers):
     assert first["body"] == b"m0" and first["keys"] == ["k0"] and first["tags"] == "even"
     assert dict(first["properties"])["p"] == "v" and first["topic"] == "Arrow"
     assert first["born_timestamp"] <= first["store_timestamp"]
-    odd = [row for b in broker_io.pull_batches(addr, "Arrow", 0, 0, 30, "broker-a", "odd")
+    odd = [row for b in pulls.pull_batches(addr, "Arrow", 0, 0, 30, "broker-a", "odd")
            for row in b.to_pylist()]
     assert [r["body"] for r in odd] == [b"m%d" % i for i in range(1, 30, 2)]
 
@@ -60,11 +60,11 @@ def test_compressed_bodies_come_back_plain(servers):
     body = b"x" * 20000  # over the producer's compression threshold
     with Producer("pg", namesrv=servers.namesrv) as producer:
         producer.send(Message("Big", body))
-    (batch,) = broker_io.pull_batches(servers.brokers[0].address, "Big", 0, 0, 1, "broker-a")
+    (batch,) = pulls.pull_batches(servers.brokers[0].address, "Big", 0, 0, 1, "broker-a")
     assert batch.column("body").to_pylist() == [body]
 
 
 def test_a_pull_error_is_raised(servers):
     with pytest.raises(RuntimeError, match="pull from"):
-        list(broker_io.pull_batches(servers.brokers[0].address, "NoSuchTopic", 0, 0, 10,
-                                    "broker-a"))
+        list(pulls.pull_batches(servers.brokers[0].address, "NoSuchTopic", 0, 0, 10,
+                                "broker-a"))
