@@ -15,6 +15,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from ..protocol import SysFlag
 from ..protocol.message import MAX_PROPERTIES_SIZE, RECORD_FIXED_SIZE
@@ -73,6 +74,17 @@ class CompiledAppends:
     _seal: Callable[[MappedFile, int, list[bytes], int], tuple[MappedFile, int, int]]
 
     # ------------------------------------------------------------------ batches
+    def _refuse_size(self, error: int, value: int) -> NoReturn:
+        """Raise what the compiled check's size error ``error`` (5: the body, 6: the
+        properties, else: the whole record) means."""
+        if error == 5:
+            raise MessageTooLargeError(
+                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
+        if error == 6:
+            raise PropertiesTooLargeError(
+                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
+        raise MessageTooLargeError("the record does not fit in a CommitLog file")
+
     def _append_batch_compiled(self, batch: BatchMessage,
                                trailer: list[tuple[StoreMessage, bytes, int]]) -> BatchResults:
         """:meth:`append_batch` through the compiled encoder: one call checks the batch,
@@ -93,14 +105,8 @@ class CompiledAppends:
         if batch.queue_id < 0:
             raise MessageIllegalError(f"queue id {batch.queue_id} is negative")
         topic_part = self._topic_parts.get(batch.topic) or self._topic_part(batch.topic)
-        if error == 5:
-            raise MessageTooLargeError(
-                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
-        if error == 6:
-            raise PropertiesTooLargeError(
-                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
         if error:
-            raise MessageTooLargeError("the record does not fit in a CommitLog file")
+            self._refuse_size(error, value)
         # At most this many bytes of records: the body and, per element, a record's fixed
         # part, the topic, the suffix and a separator.
         need = len(body) + n * (RECORD_FIXED_SIZE + len(topic_part) + len(suffix) + 1)
@@ -172,14 +178,8 @@ class CompiledAppends:
             if msgs[at].topic not in parts:  # too many topics to keep them all
                 return self._append_python(msgs)
             start = at
-        if error == 5:
-            raise MessageTooLargeError(
-                f"message body is {value} bytes; maxMessageSize is {self._max_body}")
-        if error == 6:
-            raise PropertiesTooLargeError(
-                f"message properties are {value} bytes; the limit is {MAX_PROPERTIES_SIZE}")
-        if error == 7:
-            raise MessageTooLargeError("the record does not fit in a CommitLog file")
+        if error in (5, 6, 7):
+            self._refuse_size(error, value)
         if error == 8:
             raise MessageIllegalError(f"queue id {value} is negative")
         with self.lock:
