@@ -35,7 +35,8 @@ from ..remoting import RemotingError, cancel_tasks
 from .checks import check_group, check_type
 from .errors import ArgumentTypeError, BrokerError, ClientError, InvalidArgumentError
 from .instance import ClientInstance, no_master
-from .message import MessageSelector, ReceivedMessage, pulled_messages
+from .message import MessageSelector, ReceivedMessage
+from .pulled import pulled_messages
 
 log = logging.getLogger("rocketq.client")
 

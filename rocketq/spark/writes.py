@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client.errors import BrokerError, MessageValidationError
-from ..client.message import Message, unique_ids
+from ..client.message import Message
 from ..client.sync import _LoopThread
+from ..client.unique_ids import unique_ids
 from ..protocol import (
     AUTO_CREATE_TOPIC_KEY,
     IllegalTopicError,
