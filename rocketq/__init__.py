@@ -47,10 +47,13 @@ if TYPE_CHECKING:
     from .client.admin import ConsumerProgress, QueueProgress
     from .client.sync import Producer, TransactionProducer
     from .client.sync_admin import Admin
-    from .client.sync_consumers import PullConsumer, PushConsumer, SimpleConsumer
+    from .client.sync_pull import PullConsumer
+    from .client.sync_push import PushConsumer
+    from .client.sync_simple import SimpleConsumer
 
 #: Where each exported name lives; the synchronous classes come from ``client.sync`` (the
-#: producers), ``client.sync_consumers`` and ``client.sync_admin``.
+#: producers), ``client.sync_push``, ``client.sync_pull``, ``client.sync_simple`` and
+#: ``client.sync_admin``.
 _SOURCES = {
     **dict.fromkeys([
         "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig",
@@ -62,8 +65,9 @@ _SOURCES = {
         "SendResult", "SendStatus", "TransactionListener", "TransactionSendResult",
         "create_reply", "select_by_hash"], ".client"),
     **dict.fromkeys(["Producer", "TransactionProducer"], ".client.sync"),
-    **dict.fromkeys(["PullConsumer", "PushConsumer", "SimpleConsumer"],
-                    ".client.sync_consumers"),
+    "PullConsumer": ".client.sync_pull",
+    "PushConsumer": ".client.sync_push",
+    "SimpleConsumer": ".client.sync_simple",
     "Admin": ".client.sync_admin",
     **dict.fromkeys(["ConsumerProgress", "QueueProgress"], ".client.admin"),
 }

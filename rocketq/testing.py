@@ -301,7 +301,7 @@ class LocalBroker:
         ``tags``, ``keys``, ``properties``, ...); [] for a topic the broker does not know.
         Delayed and transactional messages show once they are delivered or committed. Reading
         commits no offset: a consumer group still gets them all."""
-        from .client.message import pulled_messages
+        from .client.pulled import pulled_messages
         from .protocol import RemotingCommand, RequestCode, ResponseCode
 
         config = self._call(self.broker_address, RemotingCommand.request(

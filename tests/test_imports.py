@@ -81,7 +81,8 @@ def test_aio_shares_everything_but_the_client_classes():
         sync, asyn = getattr(rocketq, name), getattr(rocketq.aio, name)
         if name in CLIENT_CLASSES:
             assert inspect.isclass(sync) and inspect.isclass(asyn) and sync is not asyn
-            assert sync.__module__ in ("rocketq.client.sync", "rocketq.client.sync_consumers",
+            assert sync.__module__ in ("rocketq.client.sync", "rocketq.client.sync_push",
+                                       "rocketq.client.sync_pull", "rocketq.client.sync_simple",
                                        "rocketq.client.sync_admin")
         else:
             assert sync is asyn, name

@@ -1,27 +1,18 @@
-"""What users send and receive: Message, MessageQueue, SendResult, ReceivedMessage."""
+"""What users send and receive: Message, MessageQueue, SendResult, ReceivedMessage.
+
+A pulled message's lazy decoding is in ``pulled``, the client's message ids in
+``unique_ids``."""
 
 from __future__ import annotations
 
 import enum
-import itertools
 import math
-import os
-import socket
-import struct
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from ..protocol import MessageRecord, Property, is_retry_topic
-from ..protocol.codec import pulled
-from ..protocol.message import (
-    create_offset_msg_id,
-    decode_properties,
-    plain_body,
-)
+from ..protocol.message import plain_body
 from .checks import check_type, type_name
 from .errors import ArgumentTypeError, InvalidArgumentError, MessageValidationError
 
@@ -346,112 +337,6 @@ class ReceivedMessage:
                    record.store_size, record)
 
 
-def _fixed(i: int) -> property:
-    """A field of a pulled message, read from the tuple ``codec.pulled`` made for it."""
-
-    def get(self: _PulledMessage) -> Any:
-        return self._f[i]
-
-    def put(self: _PulledMessage, value: Any) -> None:
-        f = self._f
-        self._f = (*f[:i], value, *f[i + 1:])
-
-    return property(get, put)
-
-
-def _cached(name: str, make: Callable[[_PulledMessage], Any]) -> property:
-    """A field made from the record on first use (``make``), then kept in slot ``name``."""
-
-    def get(self: _PulledMessage) -> Any:
-        value = getattr(self, name)
-        if value is None:
-            value = make(self)
-            setattr(self, name, value)
-        return value
-
-    def put(self: _PulledMessage, value: Any) -> None:
-        setattr(self, name, value)
-
-    return property(get, put)
-
-
-def _host(ip_at: int) -> property:
-    def get(self: _PulledMessage) -> tuple[str, int]:
-        f = self._f
-        return socket.inet_ntoa(f[ip_at]), f[ip_at + 1]
-
-    def put(self: _PulledMessage, value: tuple[str, int]) -> None:
-        f = self._f
-        self._f = (*f[:ip_at], socket.inet_aton(value[0]), value[1], *f[ip_at + 2:])
-
-    return property(get, put)
-
-
-class _PulledMessage(ReceivedMessage):
-    """A pulled message that keeps the tuple ``codec.pulled`` read from its record and makes
-    each field from it when asked: the topic and body at once, properties, ids and hosts only
-    when a reader wants them."""
-
-    __slots__ = ("_f", "_broker", "_topic", "_body", "_props", "_msg_id", "_offset_id")
-
-    # codec.pulled: (topic, body, queue_id, flag, queue_offset, commitlog_offset, sysflag,
-    # born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port,
-    # reconsume_times, properties, store_size)
-    queue_id = _fixed(2)
-    flag = _fixed(3)
-    queue_offset = _fixed(4)
-    commitlog_offset = _fixed(5)
-    sysflag = _fixed(6)
-    born_timestamp = _fixed(7)
-    born_host = _host(8)
-    store_timestamp = _fixed(10)
-    store_host = _host(11)
-    reconsume_times = _fixed(13)
-    store_size = _fixed(15)
-    topic = _cached("_topic", lambda m: _topic_name(m._f[0]))
-    body = _cached("_body", lambda m: plain_body(m._f[1], m._f[6]))
-    properties = _cached("_props", lambda m: decode_properties(m._f[14]))
-    offset_msg_id = _cached("_offset_id", lambda m: create_offset_msg_id(
-        m._f[11], m._f[12], m._f[5]))
-    msg_id = _cached("_msg_id", lambda m: m.properties.get(Property.UNIQ_KEY)
-                     or m.offset_msg_id)
-    broker_name = property(lambda m: m._broker, lambda m, value: setattr(m, "_broker", value))
-    _record = None
-
-
-_topics: dict[bytes, str] = {}
-
-
-def _topic_name(raw: bytes) -> str:
-    topic = _topics.get(raw)
-    if topic is None:
-        topic = raw.decode()
-        if len(_topics) < 10_000:
-            _topics[raw] = topic
-    return topic
-
-
-def pulled_messages(data: bytes, broker_name: str) -> list[ReceivedMessage]:
-    """The messages of a pull answer's body, read in one pass (``codec.pulled``); each makes
-    its fields from that pass when they are asked for. A retried message shows its original
-    topic, as from :meth:`ReceivedMessage.from_record`."""
-    out = []
-    append = out.append
-    new = object.__new__
-    cls = _PulledMessage
-    for fields in pulled(data):
-        m = new(cls)
-        m._f = fields
-        m._broker = broker_name
-        m._topic = m._body = m._props = m._msg_id = m._offset_id = None
-        if fields[0].startswith(b"%RETRY%"):
-            retry_of = m.properties.get(Property.RETRY_TOPIC)
-            if retry_of:
-                m._topic = retry_of
-        append(m)
-    return out
-
-
 def create_reply(request: ReceivedMessage, body: bytes | str) -> Message:
     """The reply to a request message (send it with any producer); a str ``body`` is sent
     UTF-8 encoded."""
@@ -467,61 +352,3 @@ def create_reply(request: ReceivedMessage, body: bytes | str) -> Message:
                              Property.REPLY_TO_CLIENT: client,
                              Property.TTL: props.get(Property.TTL, "3000")})
     return reply
-
-
-# ---------------------------------------------------------------------------- unique ids
-
-
-_HEX2 = [f"{i:02X}" for i in range(256)]
-
-
-class UniqueIdGenerator:
-    """Client message ids (UNIQ_KEY) as RocketMQ's MessageClientIDSetter makes them:
-    hex of ip(4) pid(2) random(4) ms-since-month-start(4) counter(2)."""
-
-    def __init__(self) -> None:
-        try:
-            ip = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
-        except OSError:
-            ip = b"\x7f\x00\x00\x01"
-        self._prefix = (ip + struct.pack(">H", os.getpid() & 0xFFFF)
-                        + os.urandom(4)).hex().upper()
-        self._lock = threading.Lock()
-        self._counter = itertools.count(1)
-        self._month_start = 0.0
-        self._next_month = 0.0
-        #: The current millisecond, from and until (seconds since the epoch), and the id up
-        #: to it: one tuple, so threads agree.
-        self._head = (0.0, 0.0, "")
-
-    def _roll_month(self, now: float) -> None:
-        t = time.localtime(now)
-        start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-        year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
-        self._month_start = start
-        self._next_month = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
-
-    def _renew(self, now: float) -> tuple[float, float, str]:
-        """The head for the millisecond of ``now``."""
-        if now >= self._next_month or now < self._month_start:
-            with self._lock:
-                if now >= self._next_month or now < self._month_start:
-                    self._roll_month(now)
-        since = int((now - self._month_start) * 1000)
-        start = self._month_start + since / 1000
-        head = self._head = (min(start, now), min(start + 0.001, self._next_month),
-                             f"{self._prefix}{since & 0xFFFFFFFF:08X}")
-        return head
-
-    def next(self) -> str:
-        """A new id."""
-        now = time.time()
-        counter = next(self._counter) & 0xFFFF  # itertools.count is atomic under the GIL
-        head = self._head
-        # Within the millisecond of the last id, only the counter changes: no arithmetic.
-        if not head[0] <= now < head[1]:
-            head = self._renew(now)
-        return head[2] + _HEX2[counter >> 8] + _HEX2[counter & 0xFF]
-
-
-unique_ids = UniqueIdGenerator()

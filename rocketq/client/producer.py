@@ -25,9 +25,10 @@ from .accumulator import Accumulator
 from .checks import check_group, type_name
 from .errors import ArgumentTypeError, ClientError, ClientTimeoutError, MessageValidationError
 from .instance import ClientInstance
-from .message import Message, MessageQueue, ReceivedMessage, SendResult, unique_ids
+from .message import Message, MessageQueue, ReceivedMessage, SendResult
 from .send_request import SendRequests
 from .send_retry import LatencyFaultTolerance, Selector, SendRetries
+from .unique_ids import unique_ids
 
 #: Properties that make a message wait before delivery.
 _DELAY_PROPERTIES = (Property.DELAY, Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_MS,

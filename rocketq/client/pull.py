@@ -24,7 +24,8 @@ from .allocate import AllocateStrategy
 from .consumer import GroupConsumer
 from .errors import ClientError
 from .instance import ClientInstance
-from .message import MessageQueue, ReceivedMessage, pulled_messages
+from .message import MessageQueue, ReceivedMessage
+from .pulled import pulled_messages
 
 log = logging.getLogger("rocketq.client")
 

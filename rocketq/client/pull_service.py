@@ -15,9 +15,10 @@ from collections.abc import Awaitable, Callable
 
 from ..protocol import PullSysFlag, RemotingCommand, ResponseCode
 from ..protocol.filter import Subscription
-from .message import MessageQueue, ReceivedMessage, pulled_messages
+from .message import MessageQueue, ReceivedMessage
 from .offset_store import OffsetStore
 from .process_queue import ProcessQueue
+from .pulled import pulled_messages
 
 log = logging.getLogger("rocketq.client")
 

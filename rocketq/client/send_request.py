@@ -29,7 +29,8 @@ from ..protocol.message import MAX_PROPERTIES_SIZE
 from .checks import type_name
 from .errors import ArgumentTypeError, BrokerError, MessageValidationError
 from .instance import ClientInstance
-from .message import Message, MessageQueue, SendResult, SendStatus, unique_ids
+from .message import Message, MessageQueue, SendResult, SendStatus
+from .unique_ids import unique_ids
 
 #: The answers that mean stored, and the SendStatus each reports.
 _STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK,

@@ -8,7 +8,7 @@ message comes with a receipt handle (RocketMQ's ``POP_CK``); ``ack`` consumes it
 (CHANGE_MESSAGE_INVISIBLETIME), and one not acked in time is delivered again, to any member,
 with its ``delivery_attempt`` one higher. The broker keeps the group's progress, so members
 come and go without a rebalance, and a 4.x consumer of the same group reads on from where
-they left off.
+they left off. The receipt handle's format is in ``receipts``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from ..protocol import (
     RemotingCommand,
     RequestCode,
     ResponseCode,
-    is_retry_topic,
     validate_topic,
 )
 from ..protocol.filter import Subscription
@@ -35,12 +34,12 @@ from ..remoting import RemotingError, cancel_tasks
 from .checks import check_group, check_type
 from .errors import ArgumentTypeError, BrokerError, ClientError, InvalidArgumentError
 from .instance import ClientInstance, no_master
-from .message import MessageSelector, ReceivedMessage, pulled_messages
+from .message import MessageSelector, ReceivedMessage
+from .pulled import pulled_messages
+from .receipts import POP_CK, _derived_handle, _Handle, _offset_info
 
 log = logging.getLogger("rocketq.client")
 
-#: The property a popped message's receipt handle travels in.
-POP_CK = "POP_CK"
 #: The most messages one receive may ask for (what brokers serve in one POP_MESSAGE).
 MAX_MESSAGES = 32
 #: The bounds of an invisible time, in seconds: what the broker takes over remoting (1 s) up
@@ -85,29 +84,6 @@ def _subscription(topic: Any, expression: Any) -> Subscription:
                    "a tag expression (a str like 'a || b') or a MessageSelector")
         text, kind = expression, "TAG"
     return Subscription.parse(topic, text, kind, int(time.time() * 1000))
-
-
-class _Handle:
-    """The fields of a receipt handle (RocketMQ's ExtraInfo): ``startOffset popTime
-    invisibleTime reviveQid retryFlag brokerName queueId queueOffset``."""
-
-    def __init__(self, text: str) -> None:
-        parts = text.split(" ")
-        if len(parts) < 8:
-            raise ValueError(text)
-        self.retry = parts[4]
-        self.broker = parts[5]
-        self.queue_id = int(parts[6])
-        self.queue_offset = int(parts[7])
-
-    def real_topic(self, topic: str, group: str) -> str:
-        """The topic the message was read from: ``topic``, or the group's pop retry topic
-        (ExtraInfoUtil.getRealTopic)."""
-        if self.retry == "1":
-            return f"%RETRY%{group}_{topic}"
-        if self.retry == "2":
-            return f"%RETRY%{group}+{topic}"
-        return topic
 
 
 class AsyncSimpleConsumer:
@@ -434,30 +410,4 @@ class AsyncSimpleConsumer:
             message.properties[POP_CK] = text
 
 
-def _offset_info(text: str | None) -> dict[str, int]:
-    """``startOffsetInfo`` of a POP answer: ``"retryFlag queueId startOffset"`` entries
-    joined by ``;``, keyed by ``"retryFlag queueId"``."""
-    out: dict[str, int] = {}
-    for entry in (text or "").split(";"):
-        parts = entry.split(" ")
-        if len(parts) == 3:
-            with contextlib.suppress(ValueError):
-                out[f"{parts[0]} {parts[1]}"] = int(parts[2])
-    return out
-
-
-def _derived_handle(message: ReceivedMessage, header: dict[str, str], starts: dict[str, int],
-                    broker: str) -> str:
-    """The receipt handle of a message that came without ``POP_CK`` (Apache RocketMQ's
-    brokers leave it to the client for messages of the topic itself), from the answer's
-    header, as RocketMQ's MQClientAPIImpl.processPopResponse builds it."""
-    flag = "0"
-    if is_retry_topic(message.topic):
-        flag = "2" if "+" in message.topic else "1"
-    start = starts.get(f"{flag} {message.queue_id}", message.queue_offset)
-    return (f"{start} {header.get('popTime', '0')} {header.get('invisibleTime', '0')} "
-            f"{header.get('reviveQid', '0')} {flag} {broker} {message.queue_id} "
-            f"{message.queue_offset}")
-
-
-__all__ = ["AsyncSimpleConsumer", "POP_CK"]
+__all__ = ["AsyncSimpleConsumer"]

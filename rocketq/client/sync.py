@@ -2,8 +2,8 @@
 loop thread per process, so plain Python code (and threads) can produce and consume.
 
 This module holds that loop thread (``_LoopThread``) and the producers, with their direct
-path for sends from the calling thread; the consumers are in ``sync_consumers``, the admin
-client in ``sync_admin``."""
+path for sends from the calling thread; the consumers are in ``sync_push``, ``sync_pull``
+and ``sync_simple``, the admin client in ``sync_admin``."""
 
 from __future__ import annotations
 

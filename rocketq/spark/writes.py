@@ -29,8 +29,9 @@ from functools import partial
 from typing import Any
 
 from ..client.errors import BrokerError, MessageValidationError
-from ..client.message import Message, unique_ids
+from ..client.message import Message
 from ..client.sync import _LoopThread
+from ..client.unique_ids import unique_ids
 from ..protocol import (
     AUTO_CREATE_TOPIC_KEY,
     IllegalTopicError,

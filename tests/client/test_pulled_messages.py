@@ -8,7 +8,8 @@ import zlib
 
 import pytest
 
-from rocketq.client.message import ReceivedMessage, pulled_messages
+from rocketq.client.message import ReceivedMessage
+from rocketq.client.pulled import pulled_messages
 from rocketq.protocol.message import (
     MessageFormatError,
     MessageRecord,

@@ -27,7 +27,7 @@ from rocketq import (
     ReceivedMessage,
     SimpleConsumer,
 )
-from rocketq.client.simple import POP_CK
+from rocketq.client.receipts import POP_CK
 
 from ..conftest import run_async, wait_for
 

@@ -64,7 +64,7 @@ def outcome_of(exc: BaseException) -> str:
 
 def produce(args: argparse.Namespace, rec: Recorder) -> None:
     from rocketq import Message, Producer, SendStatus
-    from rocketq.client.message import unique_ids
+    from rocketq.client.unique_ids import unique_ids
     from rocketq.protocol.message import decode_offset_msg_id
     from rocketq.remoting import run
 

@@ -23,8 +23,9 @@ from ...protocol.filter import Subscription
 from ...protocol.message import decode_offset_msg_id
 from ..consumer import pull_request
 from ..errors import BrokerError, ClientError, InvalidArgumentError, NotFoundError
-from ..message import Message, MessageQueue, ReceivedMessage, SendResult, pulled_messages
+from ..message import Message, MessageQueue, ReceivedMessage, SendResult
 from ..producer import AsyncProducer
+from ..pulled import pulled_messages
 from .base import TOOLS_CONSUMER_GROUP, AdminBase
 from .offsets import OffsetAdmin
 from .topics import TopicAdmin
