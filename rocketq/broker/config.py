@@ -197,10 +197,10 @@ def _split_conf(raw: dict[str, Any]) -> tuple[BrokerConfig, MessageStoreConfig]:
 
 def rocketq_keys() -> set[str]:
     """Every ``broker.conf`` key rocketq reads (``tls.*`` aside)."""
-    return set(_field_types())
+    return set(field_types())
 
 
-def _field_types() -> dict[str, str]:
+def field_types() -> dict[str, str]:
     """Each key rocketq reads with its type's name (the broker's, for a key both configs
     have): what a config change is checked and converted against."""
     types = {f.name: str(f.type) for f in dataclasses.fields(MessageStoreConfig)}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.config import MessageStoreConfig, _convert
-from .config import BrokerConfig, _field_types
+from .config import BrokerConfig, field_types
 from .files import write_atomically
 from .properties import parse_properties
 from .runtime_keys import RUNTIME_KEYS
@@ -36,7 +36,7 @@ def check_settings(values: dict[str, str]) -> dict[str, Any]:
     anything changes. Returns the typed values; raises ConfigUpdateError naming every key
     that is unknown, or else every key that cannot change while the broker runs, or else
     the first value that does not convert or is out of range."""
-    types = _field_types()
+    types = field_types()
     unknown = sorted(k for k in values if k not in types)
     if unknown:
         named = []

@@ -22,7 +22,7 @@ import socket
 import string
 from typing import Any
 
-from .cluster_children import Child, _spawn, _supervise
+from .cluster_children import Child, spawn, supervise
 from .cluster_masters import MasterWatch
 
 #: Where ``rocketq cluster`` keeps its children's stores, configs and logs by default.
@@ -111,7 +111,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         security, client = cluster_security(args.config, data)
         # --metrics-port: the NameServer's, the controller's the next, then the brokers'.
         metrics = args.metrics_port
-        children.append(Child("NameServer", await _spawn(
+        children.append(Child("NameServer", await spawn(
             ["namesrv", "--port", str(args.namesrv_port), *security,
              *metrics_args(metrics, 0)],
             os.path.join(data, "namesrv.log")), essential=True, port=args.namesrv_port))
@@ -119,7 +119,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         promised = promised_ports(metrics, grpc_base, args.groups * args.replicas)
         controller_port = args.controller_port or free_port(pair=True, avoid=promised)
         controller = f"127.0.0.1:{controller_port}"
-        children.append(Child("controller", await _spawn(
+        children.append(Child("controller", await spawn(
             ["controller", "--port", str(controller_port),
              "--data-dir", os.path.join(data, "controller"), *security,
              *metrics_args(metrics, 1)],
@@ -149,7 +149,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
                         with open(args.config) as extra:
                             fh.write(extra.read())
                 argv, log_path = ["broker", "-c", conf], os.path.join(root, "broker.log")
-                proc = await _spawn(argv, log_path)
+                proc = await spawn(argv, log_path)
                 children.append(Child(f"{name} replica {replica}", proc, port=port, argv=argv,
                                       log_path=log_path,
                                       started=asyncio.get_running_loop().time()))
@@ -159,7 +159,7 @@ async def run_cluster(args: argparse.Namespace, stop: asyncio.Event) -> None:
         watch = MasterWatch(namesrv, group_names(args.groups), children[2:], **client)
         await watch.first()
         print(f"connect clients with namesrv=\"{namesrv}\"; Ctrl-C stops all", flush=True)
-        await _supervise(children, watch, stop, restart=not args.no_restart)
+        await supervise(children, watch, stop, restart=not args.no_restart)
         print("stopping...", flush=True)
     finally:
         if watch is not None:

@@ -1,8 +1,8 @@
 """The children of ``rocketq cluster``: each a ``rocketq <command>`` process, started and
-awaited until it listens (:func:`_spawn`), reported when it exits (:func:`exit_text`), and,
+awaited until it listens (:func:`spawn`), reported when it exits (:func:`exit_text`), and,
 for a broker, started again after an exit with a back-off that doubles while it keeps exiting
 soon after its start (:meth:`Child.restart_delay`), until the cluster stops
-(:func:`_supervise`)."""
+(:func:`supervise`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ STEADY = 60.0
 RESTART_LIMIT = 5
 
 
-async def _spawn(args: list[str], log_path: str, timeout: float = 30
+async def spawn(args: list[str], log_path: str, timeout: float = 30
                  ) -> asyncio.subprocess.Process:
     """Start ``rocketq <args>`` and wait for its "listening" line; its log goes to a file."""
     with open(log_path, "ab") as log:
@@ -98,13 +98,13 @@ async def _restart(child: Child, delay: float) -> Child:
     assert child.argv is not None
     await asyncio.sleep(delay)
     child.started = asyncio.get_running_loop().time()  # a failed start is a short run too
-    child.proc = await _spawn(child.argv, child.log_path)
+    child.proc = await spawn(child.argv, child.log_path)
     print(f"{child.label} restarted: 127.0.0.1:{child.port} (pid {child.proc.pid})",
           flush=True)
     return child
 
 
-async def _supervise(children: list[Child], watch: _Watch, stop: asyncio.Event,
+async def supervise(children: list[Child], watch: _Watch, stop: asyncio.Event,
                      restart: bool = True) -> None:
     """Until ``stop`` is set or an essential child exits: report each child that exits (a
     broker's exit is what a failover follows) and each change of master, and start an

@@ -15,7 +15,7 @@ from .message import ReceivedMessage
 POP_CK = "POP_CK"
 
 
-class _Handle:
+class ReceiptHandle:
     """The fields of a receipt handle (RocketMQ's ExtraInfo): ``startOffset popTime
     invisibleTime reviveQid retryFlag brokerName queueId queueOffset``."""
 
@@ -38,7 +38,7 @@ class _Handle:
         return topic
 
 
-def _offset_info(text: str | None) -> dict[str, int]:
+def offset_info(text: str | None) -> dict[str, int]:
     """``startOffsetInfo`` of a POP answer: ``"retryFlag queueId startOffset"`` entries
     joined by ``;``, keyed by ``"retryFlag queueId"``."""
     out: dict[str, int] = {}
@@ -50,7 +50,7 @@ def _offset_info(text: str | None) -> dict[str, int]:
     return out
 
 
-def _derived_handle(message: ReceivedMessage, header: dict[str, str], starts: dict[str, int],
+def derived_handle(message: ReceivedMessage, header: dict[str, str], starts: dict[str, int],
                     broker: str) -> str:
     """The receipt handle of a message that came without ``POP_CK`` (Apache RocketMQ's
     brokers leave it to the client for messages of the topic itself), from the answer's

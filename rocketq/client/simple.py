@@ -36,7 +36,7 @@ from .errors import ArgumentTypeError, BrokerError, ClientError, InvalidArgument
 from .instance import ClientInstance, no_master
 from .message import MessageSelector, ReceivedMessage
 from .pulled import pulled_messages
-from .receipts import POP_CK, _derived_handle, _Handle, _offset_info
+from .receipts import POP_CK, ReceiptHandle, derived_handle, offset_info
 
 log = logging.getLogger("rocketq.client")
 
@@ -286,10 +286,10 @@ class AsyncSimpleConsumer:
                                              f"{response.remark or 'no remark'}")
         messages = pulled_messages(response.body, broker)
         header = response.ext_fields
-        starts = _offset_info(header.get("startOffsetInfo"))
+        starts = offset_info(header.get("startOffsetInfo"))
         out = []
         for message in messages:
-            message.receipt_handle = message.properties.get(POP_CK) or _derived_handle(
+            message.receipt_handle = message.properties.get(POP_CK) or derived_handle(
                 message, header, starts, broker)
             message.topic = topic  # a retry shows the topic it was sent to
             if not sub.matches_tags(message.tags):
@@ -327,7 +327,7 @@ class AsyncSimpleConsumer:
         return pair
 
     # ------------------------------------------------------------------ ack
-    def _handle(self, message: Any) -> _Handle:
+    def _handle(self, message: Any) -> ReceiptHandle:
         check_type(message, ReceivedMessage, "message", "a ReceivedMessage")
         text = message.receipt_handle
         if not text:
@@ -335,7 +335,7 @@ class AsyncSimpleConsumer:
                 "message: it has no receipt handle (only messages a SimpleConsumer received "
                 "can be acked)")
         try:
-            return _Handle(text)
+            return ReceiptHandle(text)
         except ValueError:
             raise InvalidArgumentError(
                 f"message: its receipt handle {text[:80]!r} is not one") from None

@@ -27,7 +27,9 @@ log = logging.getLogger("rocketq.controller")
 _GONE_PROBE_PAUSES = (0.0, 0.05, 0.1, 0.2)
 
 
-def _now_ms() -> int:
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, the unit of the leases and heartbeats the controller
+    replicates."""
     return int(time.time() * 1000)
 
 
@@ -63,7 +65,7 @@ class Elections:
         of lease."""
         while True:
             await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
-            self._forget_silent(_now_ms())
+            self._forget_silent(wall_clock_ms())
             if not self.engine.is_leader():
                 continue
             for name, group in list(self.engine.state.groups.items()):
@@ -154,7 +156,7 @@ class Elections:
                            gone: tuple[int, int] | None = None) -> None:
         """Elect a new master for ``name`` if its master is silent and out of lease, or
         found gone (``gone``: its id and epoch)."""
-        now = _now_ms()
+        now = wall_clock_ms()
         if group.master_id is None:
             return  # no master yet (brokers ask for the first)
         found_gone = gone is not None and gone == (group.master_id, group.master_epoch)
@@ -202,7 +204,7 @@ class Elections:
                              "syncStateSetEpoch": info["syncStateSetEpoch"],
                              "brokerAddrs": info["brokerAddrs"]})
         loop = asyncio.get_running_loop()
-        for broker_id in self._live(name, _now_ms()):
+        for broker_id in self._live(name, wall_clock_ms()):
             addr = group.brokers.get(broker_id)
             if addr:  # a command each: every request carries its own opaque
                 loop.create_task(self._send_quietly(addr, RemotingCommand.request(

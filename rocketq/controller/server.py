@@ -38,7 +38,7 @@ from ..remoting import (
     cancel_tasks,
 )
 from .config import ControllerConfig
-from .elections import Elections, _now_ms
+from .elections import Elections, wall_clock_ms
 from .engine import Engine, EngineError
 from .state import Live, choose_master
 
@@ -174,7 +174,7 @@ class Controller(Elections):
         if not group or broker_id <= 0:
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
                                 remark="a heartbeat needs brokerName and brokerId")
-        now = _now_ms()
+        now = wall_clock_ms()
         self.live.setdefault(group, {})[broker_id] = Live(
             cmd.field("brokerAddr") or "", cmd.int_field("epoch", -1),
             cmd.int_field("maxOffset", -1), cmd.int_field("confirmOffset", -1),
@@ -245,7 +245,7 @@ class Controller(Elections):
         if group is None:
             return cmd.response(ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
                                 remark=f"broker group {name} is not registered")
-        now = _now_ms()
+        now = wall_clock_ms()
         if group.master_id is not None and (now < group.lease_until_ms
                                             or self._alive(name, group.master_id, now)):
             self._count_election(name, "keep_current_master")
@@ -336,7 +336,7 @@ class Controller(Elections):
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
                                 remark="the body must be a list of broker names")
         groups = self.engine.state.groups
-        now = _now_ms()
+        now = wall_clock_ms()
         table = {}
         for name in names or sorted(groups):
             group = groups.get(name)

@@ -37,8 +37,8 @@ from pyspark.sql.types import (
 
 from .batch_reader import RocketMQBatchReader as RocketMQBatchReader
 from .options import QueueSelection as QueueSelection
-from .options import _lower
 from .options import apply_timestamps as apply_timestamps
+from .options import lowered
 from .options import offsets_behind as offsets_behind
 from .options import timestamps as timestamps
 from .partitions import QueueRange as QueueRange
@@ -75,13 +75,13 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQBatchReader(_lower(self.options))
+        return RocketMQBatchReader(lowered(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        return RocketMQWriter(_lower(self.options))
+        return RocketMQWriter(lowered(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RocketMQStreamReader(_lower(self.options))
+        return RocketMQStreamReader(lowered(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return RocketMQStreamWriter(_lower(self.options))
+        return RocketMQStreamWriter(lowered(self.options))

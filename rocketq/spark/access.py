@@ -73,7 +73,7 @@ def _ssl_context(trust_cert_path: str) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=trust_cert_path or None)
 
 
-def _worker_client(access: Access = PLAIN) -> tuple[_LoopThread, RemotingClient]:
+def worker_client(access: Access = PLAIN) -> tuple[_LoopThread, RemotingClient]:
     """The process's event loop thread and a connection pool on it, per way of connecting.
     Spark reuses Python workers, so later partitions read through connections already open."""
     loop = _LoopThread.get()

@@ -10,8 +10,8 @@ from pyspark.sql.datasource import DataSourceReader
 
 from . import broker_io
 from .access import Access
-from .options import QueueSelection, _flag, _option, apply_timestamps, timestamps
-from .partitions import QueueRange, _data_lost, _read
+from .options import QueueSelection, apply_timestamps, option_flag, option_value, timestamps
+from .partitions import QueueRange, data_lost, read_range
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -27,8 +27,8 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        self.starting = _option(options, "startingOffsets", "first")
-        self.ending = _option(options, "endingOffsets", "last")
+        self.starting = option_value(options, "startingOffsets", "first")
+        self.ending = option_value(options, "endingOffsets", "last")
         self.access = Access.from_options(options)
         self.selection = QueueSelection(options)
         # A misspelt option fails when the read is defined, not when it is planned.
@@ -38,8 +38,8 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
             timestamps(name, options.get(name.lower()))
 
     def partitions(self) -> list[QueueRange]:
-        namesrv = _option(self.options, "namesrv")
-        subscription = _option(self.options, "subscription", "*")
+        namesrv = option_value(self.options, "namesrv")
+        subscription = option_value(self.options, "subscription", "*")
         queues = self.selection.queues(namesrv, self.access, strict=True)
         starts = broker_io.resolve_offsets("startingOffsets", self.starting, queues, "first",
                                            "startingTimestamp",
@@ -58,12 +58,12 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
             start = starts[(topic, broker, addr, queue_id)]
             end = ends[(topic, broker, addr, queue_id)]
             if start < low:
-                fail = _flag(self.options, "failOnDataLoss", "true")
-                start = _data_lost(fail, topic, broker, queue_id, start, low)
+                fail = option_flag(self.options, "failOnDataLoss", "true")
+                start = data_lost(fail, topic, broker, queue_id, start, low)
             if end > start:
                 parts.append(QueueRange(topic, broker, addr, queue_id, start, end,
                                         subscription, self.access))
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[Any]:
-        return _read(partition)
+        return read_range(partition)

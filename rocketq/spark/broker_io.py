@@ -19,7 +19,7 @@ from ..protocol import RemotingCommand, RequestCode, ResponseCode
 from ..protocol.filter import Subscription
 from ..protocol.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 from ..remoting import run
-from .access import PLAIN, Access, _worker_client
+from .access import PLAIN, Access, worker_client
 
 
 def queue_offsets(namesrv: str, topics: list[str], access: Access = PLAIN,
@@ -97,7 +97,7 @@ def commit_offsets(group: str, offsets: dict[tuple[str, str, int], int],
     Each broker first gets a heartbeat naming ``group`` as a passive (pull) consumer of the
     topics, as RocketMQ's lite pull consumer sends: the broker then makes the group's retry
     topic, whose route is how ``mqadmin consumerProgress`` finds the group's brokers."""
-    loop, client = _worker_client(access)
+    loop, client = worker_client(access)
     topics: dict[str, set[str]] = {}
     for addr, topic, _qid in offsets:
         topics.setdefault(addr, set()).add(topic)

@@ -9,8 +9,9 @@ query's progress.
 - ``offsets_behind``: Kafka's ``*OffsetsBehindLatest`` metrics from a progress. Spark's
   Python data sources cannot fill a source's ``metrics`` in the progress, but they do report
   the latest offsets there, and the lag follows from those and the batch's end offsets.
-- How any option's value is read: names case-insensitive (``_lower``), a missing
-  required one named (``_option``), durations (``_duration``) and flags (``_flag``).
+- How any option's value is read: names case-insensitive (``lowered``), a missing
+  required one named (``option_value``), durations (``duration_seconds``) and flags
+  (``option_flag``).
 
 Nothing here imports Spark: the readers and writers use it on the driver, and it is tested
 without Spark.
@@ -36,12 +37,12 @@ LAG_METRICS = ("minOffsetsBehindLatest", "maxOffsetsBehindLatest", "avgOffsetsBe
 QueueRef = tuple[str | None, int]
 
 
-def _lower(options: Any) -> dict[str, str]:
+def lowered(options: Any) -> dict[str, str]:
     """Spark's options are case-insensitive: keep them with lowercase keys."""
     return {str(k).lower(): v for k, v in dict(options).items()}
 
 
-def _option(options: dict[str, str], name: str, default: str | None = None) -> str:
+def option_value(options: dict[str, str], name: str, default: str | None = None) -> str:
     value = options.get(name.lower(), default)
     if value is None:
         raise ValueError(f"the rocketq data source needs the option {name!r}")
@@ -51,7 +52,7 @@ def _option(options: dict[str, str], name: str, default: str | None = None) -> s
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def _duration(name: str, value: str) -> float:
+def duration_seconds(name: str, value: str) -> float:
     """Seconds of a duration option: ``500ms``, ``30s``, ``15m``, ``1h``, or milliseconds."""
     text = str(value).strip().lower()
     for unit in ("ms", "s", "m", "h"):
@@ -62,8 +63,8 @@ def _duration(name: str, value: str) -> float:
     raise ValueError(f"{name} must be a duration such as 500ms, 30s or 15m, not {value!r}")
 
 
-def _flag(options: dict[str, str], name: str, default: str = "false") -> bool:
-    value = _option(options, name, default).strip().lower()
+def option_flag(options: dict[str, str], name: str, default: str = "false") -> bool:
+    value = option_value(options, name, default).strip().lower()
     if value not in ("true", "false"):
         raise ValueError(f"{name} must be true or false, not {value!r}")
     return value == "true"

@@ -37,7 +37,7 @@ class QueueRange(InputPartition):  # type: ignore[misc]
         self.access = access
 
 
-def _data_lost(fail: bool, topic: str, broker: str, queue_id: int, start: int,
+def data_lost(fail: bool, topic: str, broker: str, queue_id: int, start: int,
                low: int) -> int:
     """Where to read from when ``start`` is below a queue's min offset ``low``: fail, as
     Kafka's source does by default, or skip to ``low``."""
@@ -48,7 +48,7 @@ def _data_lost(fail: bool, topic: str, broker: str, queue_id: int, start: int,
     return low
 
 
-def _read(partition: QueueRange) -> Iterator[Any]:
+def read_range(partition: QueueRange) -> Iterator[Any]:
     """Arrow record batches of one partition, pulled from the broker that owns its queue."""
     return pull_batches(partition.addr, partition.topic, partition.queue_id,
                         partition.start, partition.end, partition.broker,

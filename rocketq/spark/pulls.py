@@ -13,7 +13,7 @@ from ..client.consumer import pull_request
 from ..client.message import MessageQueue
 from ..protocol import PullSysFlag, RemotingCommand, ResponseCode
 from ..protocol.filter import Subscription
-from .access import PLAIN, Access, _worker_client
+from .access import PLAIN, Access, worker_client
 
 PULL_WINDOW = 1024  # offsets asked for per pull (the broker also caps a pull at 256 KiB)
 PULL_DEPTH = 4  # pulls in flight per queue
@@ -37,7 +37,7 @@ class RangePuller:
         self.window, self.depth = window, depth
         self._next = start  # first offset not yet asked for
         self._inflight: deque[tuple[int, int, asyncio.Future[RemotingCommand]]] = deque()
-        self._loop, self._client = _worker_client(access)
+        self._loop, self._client = worker_client(access)
         self.done = start >= end
 
     def _request(self, begin: int, stop: int) -> RemotingCommand:

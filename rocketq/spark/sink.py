@@ -18,7 +18,7 @@ from pyspark.sql.datasource import (
 )
 
 from .access import Access
-from .options import _flag, _option
+from .options import option_flag, option_value
 from .sink_commits import abort_sink, commit_sink
 from .writes import Halves, send_batches
 
@@ -57,15 +57,15 @@ class RocketMQWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     def __init__(self, options: dict[str, str], streaming: bool = False) -> None:
         self.options = options
-        self.namesrv = _option(options, "namesrv")
+        self.namesrv = option_value(options, "namesrv")
         self.topic = options.get("topic")
-        self.group = _option(options, "producerGroup", "rocketq-spark-writer")
+        self.group = option_value(options, "producerGroup", "rocketq-spark-writer")
         self.access = Access.from_options(options)
-        self.exactly_once = _flag(options, "exactlyOnce")
-        self.sink = _option(options, "sinkName", "rocketq-spark")
+        self.exactly_once = option_flag(options, "exactlyOnce")
+        self.sink = option_value(options, "sinkName", "rocketq-spark")
         if not _SINK_NAME.match(self.sink):
             raise ValueError(f"sinkName must be 1-128 of A-Z a-z 0-9 _ . : -, not {self.sink!r}")
-        self.check_after_s = int(_option(options, "transactionTimeoutSeconds", "900"))
+        self.check_after_s = int(option_value(options, "transactionTimeoutSeconds", "900"))
         if self.check_after_s < 1:
             raise ValueError("transactionTimeoutSeconds must be at least 1")
         #: A batch write's key in the sink's ledger: the ``batchId`` option (a foreachBatch

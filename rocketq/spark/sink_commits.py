@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import orjson
 
 from ..protocol import RemotingCommand, RequestCode, ResponseCode
-from .access import PLAIN, Access, _worker_client
+from .access import PLAIN, Access, worker_client
 
 log = logging.getLogger("rocketq.spark")
 
@@ -43,7 +43,7 @@ def commit_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink
     name -> address) and those of ``topics``. A decision recorded before (the batch is
     replayed) wins over ``decision``; the one applied is returned. Raises if a broker refuses
     or cannot be reached: the batch is then not done, and Spark runs it again."""
-    loop, client = _worker_client(access)
+    loop, client = worker_client(access)
 
     async def go() -> dict[str, dict[str, int]]:
         targets = await _brokers(namesrv, topics, addrs, access)
@@ -73,7 +73,7 @@ def abort_sink(namesrv: str, topics: Iterable[str], addrs: dict[str, str], sink:
                batch: str, access: Access = PLAIN) -> None:
     """Roll back a sink's batch's open halves on every broker (a recorded decision's are
     committed instead). Best effort: halves left open are resolved by the brokers' checks."""
-    loop, client = _worker_client(access)
+    loop, client = worker_client(access)
 
     async def go() -> None:
         targets = await _brokers(namesrv, topics, addrs, access)

@@ -19,8 +19,15 @@ from pyspark.sql.streaming.datasource import (
 
 from . import broker_io
 from .access import Access
-from .options import QueueSelection, _duration, _flag, _option, apply_timestamps, timestamps
-from .partitions import QueueRange, _data_lost, _read
+from .options import (
+    QueueSelection,
+    apply_timestamps,
+    duration_seconds,
+    option_flag,
+    option_value,
+    timestamps,
+)
+from .partitions import QueueRange, data_lost, read_range
 
 
 def _key(topic: str, broker: str, queue_id: int) -> str:
@@ -43,9 +50,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        self.namesrv = _option(options, "namesrv")
+        self.namesrv = option_value(options, "namesrv")
         self.selection = QueueSelection(options)
-        self.subscription = _option(options, "subscription", "*")
+        self.subscription = option_value(options, "subscription", "*")
         self.addrs: dict[str, tuple[str, str, str, int]] = {}
         self.available_now: dict[str, int] | None = None
         #: The queues' max offsets as the last latestOffset saw them (reportLatestOffset).
@@ -55,7 +62,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(max_rows) if max_rows else None
         min_rows = options.get("minmessagespertrigger") or options.get("minoffsetspertrigger")
         self.min_rows = int(min_rows) if min_rows else 0
-        self.max_delay = _duration("maxTriggerDelay", options.get("maxtriggerdelay", "15m"))
+        self.max_delay = duration_seconds("maxTriggerDelay", options.get("maxtriggerdelay", "15m"))
         if (self.max_rows is not None and self.max_rows < 1) or self.min_rows < 0:
             raise ValueError("maxMessagesPerTrigger must be at least 1 and "
                              "minMessagesPerTrigger at least 0")
@@ -63,14 +70,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: at most maxTriggerDelay after it).
         self._last_batch_at = time.monotonic()
         self.group = options.get("consumergroup")
-        self.fail_on_data_loss = _flag(options, "failOnDataLoss", "true")
+        self.fail_on_data_loss = option_flag(options, "failOnDataLoss", "true")
         self.access = Access.from_options(options)
         # A misspelt option fails when the query is defined, not at its first batch.
         broker_io.parse_offsets("startingOffsets", self._starting(), "startingTimestamp")
         timestamps("startingOffsetsByTimestamp", options.get("startingoffsetsbytimestamp"))
 
     def _starting(self) -> str:
-        return _option(self.options, "startingOffsets", "last")
+        return option_value(self.options, "startingOffsets", "last")
 
     def _queues(self, strict: bool = False) -> dict[str, tuple[int, int]]:
         """``key -> (min offset, max offset)`` of every selected queue now."""
@@ -155,7 +162,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             topic, broker, addr, qid = self.addrs[key]
             low = bounds.get(key, (begin, begin))[0]
             if begin < low:
-                begin = _data_lost(self.fail_on_data_loss, topic, broker, qid, begin, low)
+                begin = data_lost(self.fail_on_data_loss, topic, broker, qid, begin, low)
                 if int(stop) <= begin:
                     continue
             parts.append(QueueRange(topic, broker, addr, qid, begin, int(stop),
@@ -163,7 +170,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[Any]:
-        return _read(partition)
+        return read_range(partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark's checkpoint owns progress. With the ``consumerGroup`` option, the offsets

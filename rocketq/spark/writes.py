@@ -45,7 +45,7 @@ from ..protocol import (
 )
 from ..protocol.codec import encode_batch
 from ..protocol.message import MAX_PROPERTIES_SIZE
-from .access import PLAIN, Access, _worker_client
+from .access import PLAIN, Access, worker_client
 
 SEND_WINDOW = 8  # requests in flight per writing task
 BATCH_BYTES = 128 * 1024  # rows' bytes per request, at most (one row may pass it alone)
@@ -331,7 +331,7 @@ def send_batches(namesrv: str, default_topic: str | None, group: str,
     txn). Columns: ``body`` (binary or string), optional ``topic`` (used when there is no
     ``default_topic``), ``tags``, ``keys`` (a string or a list of strings), ``properties``
     (a map)."""
-    loop, _client = _worker_client(access)
+    loop, _client = worker_client(access)
     return send_rows(loop, partial(access.producer, group, namesrv), default_topic, batches,
                      halves)
 

@@ -36,7 +36,7 @@ from ..protocol.message import (
 )
 from . import records
 from .commitlog_compiled import CompiledAppends
-from .commitlog_room import _UNCOUNTED, END_FILE_MIN_BLANK_LENGTH, AppendRoom
+from .commitlog_room import END_FILE_MIN_BLANK_LENGTH, UNCOUNTED_FLAGS, AppendRoom
 from .config import MessageStoreConfig
 from .errors import MessageIllegalError, MessageTooLargeError, PropertiesTooLargeError
 from .mapped_file_queue import MappedFileQueue
@@ -218,7 +218,7 @@ class CommitLog(CompiledAppends, AppendRoom):
         results: list[PutResult] = []
         add_result = results.append
         queue_offsets = self.queue_offsets
-        tran_mask, uncounted = SysFlag.TRANSACTION_MASK, _UNCOUNTED
+        tran_mask, uncounted = SysFlag.TRANSACTION_MASK, UNCOUNTED_FLAGS
         if self.make_room is not None:
             if len(sized) == 1:
                 m = sized[0][0]

@@ -22,7 +22,7 @@ from .messages import BatchMessage, StoreMessage
 END_FILE_MIN_BLANK_LENGTH = 8
 _BLANK = SIZE_AND_MAGIC
 #: Half and rollback records get no queue offset.
-_UNCOUNTED = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
+UNCOUNTED_FLAGS = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
 
 
 class AppendRoom:
@@ -50,7 +50,7 @@ class AppendRoom:
             return
         counts: dict[tuple[str, int], int] = {}
         for m, _part, _size in trailer:
-            if m.sysflag & SysFlag.TRANSACTION_MASK not in _UNCOUNTED:
+            if m.sysflag & SysFlag.TRANSACTION_MASK not in UNCOUNTED_FLAGS:
                 key = (m.topic, m.queue_id)
                 counts[key] = counts.get(key, 0) + 1
         mine = (batch.topic, batch.queue_id)

@@ -100,7 +100,7 @@ class Dispatcher:
         #: Told when index entries could not be written for want of room (they are skipped:
         #: the messages stay consumable, only a query by key misses them).
         self.on_index_failure: Callable[[OSError], None] | None = None
-        self._index_errors = _RateLimited()
+        self._index_errors = RateLimited()
 
     def _tag_code(self, tags: bytes) -> int:
         code = self._tag_codes.get(tags)
@@ -307,7 +307,7 @@ class Dispatcher:
         return cq.put_run(run[0], run[2], rewrite=self.rewrite_units)
 
 
-class _RateLimited:
+class RateLimited:
     """Logs an error at once, then the same error again only after ``every`` seconds (a
     full disk makes every retry fail the same way)."""
 

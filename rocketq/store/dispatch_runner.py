@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from .commitlog import CommitLog
-from .dispatch import Dispatcher, _RateLimited
+from .dispatch import Dispatcher, RateLimited
 
 log = logging.getLogger("rocketq.store")
 
@@ -55,7 +55,7 @@ class DispatchRunner:
         self.failure: BaseException | None = None
         #: Told of each failed round (the store refuses puts when a disk is full).
         self.on_failure: Callable[[BaseException], None] | None = None
-        self._errors = _RateLimited()
+        self._errors = RateLimited()
 
     @property
     def reput_offset(self) -> int:
