@@ -3,7 +3,6 @@
 No networking here. See ``MessageStore`` for the entry point.
 """
 
-from .commitlog import BatchMessage, PutResult, PutStatus, StoreMessage
 from .config import ASYNC_FLUSH, SYNC_FLUSH, MessageStoreConfig
 from .errors import (
     DiskFullError,
@@ -17,6 +16,7 @@ from .errors import (
     StoreError,
 )
 from .message_store import GetResult, GetStatus, MessageStore
+from .messages import BatchMessage, PutResult, PutStatus, StoreMessage
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "BatchMessage", "DiskFullError", "GetResult", "GetStatus",

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..protocol.message import property_value
 from .checkpoint import Checkpoint
-from .commitlog import BatchMessage, BatchResults, CommitLog, PutResult, PutStatus, StoreMessage
+from .commitlog import CommitLog
 from .config import SLAVE, MessageStoreConfig
 from .consumequeue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from .dispatch import Dispatcher
@@ -48,6 +48,7 @@ from .housekeeping import Housekeeping
 from .index import Index
 from .lock import StoreLock
 from .lookups import MessageLookups
+from .messages import BatchMessage, BatchResults, PutResult, PutStatus, StoreMessage
 from .reads import GetResult, GetStatus, get_messages
 from .recovery import confirmed_bound, recover
 from .replication import Replication

@@ -18,11 +18,11 @@ import pytest
 
 from rocketq.protocol.message import encode_batch
 from rocketq.store import MessageStore, MessageStoreConfig, StoreMessage, records
-from rocketq.store.commitlog import BatchMessage
 from rocketq.store.consumequeue import ConsumeQueue
 from rocketq.store.dispatch import Dispatcher
 from rocketq.store.index import Index
 from rocketq.store.index_file import ENTRY
+from rocketq.store.messages import BatchMessage
 
 needs_compiled = pytest.mark.skipif(not records.COMPILED,
                                     reason="the compiled records are not in use")
