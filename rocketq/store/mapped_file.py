@@ -15,7 +15,6 @@ filesystem's journal (to record the block as written): zeros written ahead of th
 from __future__ import annotations
 
 import contextlib
-import errno
 import mmap
 import os
 import threading
@@ -244,25 +243,10 @@ class MappedFile(ReferenceResource):
         tail of a 1 GiB file costs in proportion to what was written past ``pos``, not the
         file's size. Chunks that are already zero are left alone (a comparison, not a write).
         """
-        end = self.file_size
         # Find every data segment before reading any: a read's readahead pulls the blocks
         # after it into the page cache, and a filesystem may then report those preallocated
         # blocks as data too (ext4 does), so reading as we go would walk the whole file.
-        segments = []
-        while pos < end:
-            try:
-                data = os.lseek(self.fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:
-                    break  # only holes (zeros) from pos on
-                segments.append((pos, end))  # no SEEK_DATA here: look at every chunk
-                break
-            if data >= end:
-                break
-            hole = min(end, os.lseek(self.fd, data, os.SEEK_HOLE))
-            segments.append((data, hole))
-            pos = hole
-        for start, stop in segments:
+        for start, stop in allocation.data_segments(self.fd, pos, self.file_size):
             self._zero_range(start, stop)
 
     def _zero_range(self, pos: int, end: int) -> None:
